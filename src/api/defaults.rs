@@ -1,0 +1,46 @@
+//! Defaults of the Valkey API. The CRD schema carries them (the API server fills them in) and the
+//! plugin uses the same functions, so both agree by construction.
+
+/// The Valkey release the operator is tested with (the valkey-server the tests boot is 9.1).
+pub const IMAGE: &str = "valkey/valkey:9.1.0";
+pub const REPLICAS: i32 = 1;
+pub const MAX_REPLICAS: i32 = 5;
+pub const USER: &str = "default";
+pub const PASSWORD_KEY: &str = "password";
+pub const STORAGE: &str = "1Gi";
+pub const CPU: &str = "100m";
+pub const MEMORY: &str = "256Mi";
+/// Longest Valkey name: every derived object name and label value must stay valid.
+pub const MAX_NAME_LENGTH: usize = 40;
+
+pub fn image() -> String {
+    IMAGE.to_owned()
+}
+
+pub fn replicas() -> i32 {
+    REPLICAS
+}
+
+pub fn user() -> String {
+    USER.to_owned()
+}
+
+pub fn password_key() -> String {
+    PASSWORD_KEY.to_owned()
+}
+
+pub fn volume_enabled() -> bool {
+    true
+}
+
+pub fn storage() -> String {
+    STORAGE.to_owned()
+}
+
+pub fn cpu() -> String {
+    CPU.to_owned()
+}
+
+pub fn memory() -> String {
+    MEMORY.to_owned()
+}

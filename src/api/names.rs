@@ -1,0 +1,96 @@
+//! Names, labels and identities shared by the operator and the plugin: one place for each fact.
+
+/// Field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "valkey-operator";
+/// The operator's name, as it appears in `app.kubernetes.io/managed-by`.
+pub const MANAGED_BY: &str = "valkey-operator";
+/// Value of `app.kubernetes.io/name` on everything that belongs to a Valkey.
+pub const APP_NAME: &str = "valkey";
+
+/// Label keys.
+pub mod labels {
+    pub const NAME: &str = "app.kubernetes.io/name";
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    pub const COMPONENT: &str = "app.kubernetes.io/component";
+    /// `primary` or `replica` on each Valkey pod; the read-write Service selects `primary`.
+    pub const ROLE: &str = "database.kuberly.io/role";
+}
+
+/// Values of [`labels::ROLE`].
+pub mod roles {
+    pub const PRIMARY: &str = "primary";
+    pub const REPLICA: &str = "replica";
+}
+
+/// Names of the objects derived from the Valkey `instance`.
+#[derive(Clone, Copy, Debug)]
+pub struct ObjectNames<'a> {
+    instance: &'a str,
+}
+
+impl<'a> ObjectNames<'a> {
+    pub fn new(instance: &'a str) -> Self {
+        Self { instance }
+    }
+
+    /// The StatefulSet, the PodDisruptionBudget and the read-write Service.
+    pub fn statefulset(&self) -> String {
+        self.instance.to_owned()
+    }
+
+    pub fn read_write_service(&self) -> String {
+        self.instance.to_owned()
+    }
+
+    pub fn read_only_service(&self) -> String {
+        format!("{}-replicas", self.instance)
+    }
+
+    pub fn headless_service(&self) -> String {
+        format!("{}-headless", self.instance)
+    }
+
+    pub fn pod_disruption_budget(&self) -> String {
+        self.instance.to_owned()
+    }
+
+    pub fn config_map(&self) -> String {
+        format!("{}-config", self.instance)
+    }
+
+    /// The Secret the operator generates when `spec.passwordSecret` is absent.
+    pub fn generated_secret(&self) -> String {
+        format!("{}-auth", self.instance)
+    }
+
+    pub fn pod(&self, ordinal: i32) -> String {
+        format!("{}-{ordinal}", self.instance)
+    }
+
+    /// The PersistentVolumeClaim of one pod, as the StatefulSet controller names it.
+    pub fn volume_claim(&self, ordinal: i32) -> String {
+        format!("{}-{}-{ordinal}", DATA_VOLUME, self.instance)
+    }
+}
+
+/// Name of the data volume (and of its volumeClaimTemplate).
+pub const DATA_VOLUME: &str = "data";
+
+/// Label selector matching everything that belongs to the Valkey `instance`.
+pub fn instance_selector(instance: &str) -> String {
+    format!(
+        "{}={APP_NAME},{}={instance}",
+        labels::NAME,
+        labels::INSTANCE
+    )
+}
+
+/// Label selector matching everything the operator manages, across instances.
+pub fn managed_selector() -> String {
+    format!(
+        "{}={APP_NAME},{}={MANAGED_BY}",
+        labels::NAME,
+        labels::MANAGED_BY
+    )
+}

@@ -1,0 +1,344 @@
+//! The `Valkey` custom resource (database.kuberly.io/v1alpha1).
+//!
+//! Every rule a user can break is enforced by the API server itself, as OpenAPI schema or CEL
+//! (`x-kubernetes-validations`) generated from these types, so `kubectl apply`, the plugin and the
+//! operator all see the same verdict. Each message names the field and says how to fix it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use super::defaults;
+
+/// Desired state of a Valkey instance.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "database.kuberly.io",
+    version = "v1alpha1",
+    kind = "Valkey",
+    plural = "valkeys",
+    shortname = "vk",
+    namespaced,
+    status = "ValkeyStatus",
+    doc = "A Valkey instance: a primary and up to four replicas, with auth, persistence and failover",
+    scale = r#"{"specReplicasPath":".spec.replicas","statusReplicasPath":".status.readyReplicas","labelSelectorPath":".status.selector"}"#,
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
+    printcolumn = r#"{"name":"CPU","type":"string","jsonPath":".spec.resource.cpu","priority":1}"#,
+    printcolumn = r#"{"name":"Memory","type":"string","jsonPath":".spec.resource.memory","priority":1}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready replicas","type":"integer","jsonPath":".status.readyReplicas"}"#,
+    printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.primary"}"#,
+    printcolumn = r#"{"name":"Has volume","type":"boolean","jsonPath":".spec.volume.enabled","priority":1}"#,
+    printcolumn = r#"{"name":"Volume size","type":"string","jsonPath":".spec.volume.storage","priority":1}"#,
+    printcolumn = r#"{"name":"Error","type":"string","jsonPath":".status.error","priority":1}"#,
+    printcolumn = r#"{"name":"Last reconcile","type":"date","jsonPath":".status.lastReconcileAt","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new(NAME_RULE).message(Message::Message(NAME_MESSAGE.into())),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeySpec {
+    /// Container image of valkey-server. Defaults to the Valkey release the operator is tested with.
+    #[serde(default = "defaults::image")]
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("!self.matches('[[:space:]]')")
+        .message(Message::Message("spec.image must be an image reference without spaces, e.g. valkey/valkey:9.1.0".into())))]
+    pub image: String,
+
+    /// Number of Valkey pods: 0 stops the instance (data kept), 1 runs a standalone primary,
+    /// 2 to 5 run one primary and replicas with Sentinel failover.
+    #[serde(default = "defaults::replicas")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 5")
+        .message(Message::Message("spec.replicas must be between 0 and 5 (0 stops the instance and keeps its data)".into())))]
+    pub replicas: i32,
+
+    /// The ACL user that gets full rights with the instance's password. `default` (the default)
+    /// lets clients that only send a password (AUTH <password>) in; any other name also turns the
+    /// password-less `default` user off, so only this user can log in.
+    #[serde(default = "defaults::user")]
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._-]*$')")
+        .message(Message::Message("spec.user must be letters, digits, '.', '_' or '-' and start with a letter or digit, e.g. admin".into())))]
+    pub user: String,
+
+    /// An existing Secret that holds the password. When absent, the operator generates a random
+    /// password into the Secret `<name>-auth` (key `password`) and never overwrites it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret: Option<PasswordSecretRef>,
+
+    /// Persistent storage of each pod.
+    #[serde(default)]
+    pub volume: VolumeSpec,
+
+    /// Requests (and the memory limit) of the valkey container.
+    #[serde(default)]
+    pub resource: ResourceSpec,
+
+    /// Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`. Directives the operator
+    /// manages (port, bind, dir, replicaof, requirepass, ...) are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "config_schema")]
+    pub config: BTreeMap<String, String>,
+
+    /// Node labels the pods must run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+
+    /// Tolerations of the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Affinity of the pods. When absent, pods prefer to run on different nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+}
+
+/// Every object the operator derives from a Valkey is named `<name>` or `<name>-<suffix>`, and a
+/// StatefulSet adds a revision hash to its name in a label value (63 characters at most), so the
+/// name is kept short, and starts with a letter because Service names must.
+pub const NAME_RULE: &str =
+    "size(self.metadata.name) <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+const NAME_MESSAGE: &str = "metadata.name must be at most 40 characters of lowercase letters, digits and '-', starting with a letter (it names the StatefulSet, Services and Secrets)";
+
+/// Reference to the Secret key that holds the password.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordSecretRef {
+    /// Name of a Secret in the Valkey's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
+        .message(Message::Message("spec.passwordSecret.name must be a Secret name: lowercase letters, digits, '-' and '.'".into())))]
+    pub name: String,
+    /// Key in the Secret's data that holds the password.
+    #[serde(default = "defaults::password_key")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')")
+        .message(Message::Message("spec.passwordSecret.key must be a Secret key: letters, digits, '-', '_' and '.'".into())))]
+    pub key: String,
+}
+
+/// Persistent storage of each pod.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)"
+).message(Message::Message("spec.volume.storageClassName cannot be added, changed or removed after creation; create a new Valkey to use another storage class".into())))]
+pub struct VolumeSpec {
+    /// Keep data on a PersistentVolumeClaim per pod. `false` uses an emptyDir: data is lost
+    /// whenever a pod restarts. Fixed at creation.
+    #[serde(default = "defaults::volume_enabled")]
+    #[x_kube(validation = Rule::new("self == oldSelf")
+        .message(Message::Message("spec.volume.enabled cannot change after creation; create a new Valkey instead".into())))]
+    pub enabled: bool,
+
+    /// Size of each pod's volume, e.g. 1Gi. May grow, never shrink.
+    #[serde(default = "defaults::storage")]
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(
+        validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+            .message(Message::Message("spec.volume.storage must be a positive quantity, e.g. 1Gi".into())),
+        validation = Rule::new("!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0")
+            .message(Message::Message("spec.volume.storage can grow but never shrink: set it to at least its current size".into())),
+    )]
+    pub storage: String,
+
+    /// StorageClass of the volumes; the cluster's default class when absent. Fixed at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+
+    /// What happens to the volumes when the Valkey is deleted.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
+impl Default for VolumeSpec {
+    fn default() -> Self {
+        Self {
+            enabled: defaults::volume_enabled(),
+            storage: defaults::storage(),
+            storage_class_name: None,
+            reclaim_policy: ReclaimPolicy::default(),
+        }
+    }
+}
+
+/// What happens to the PersistentVolumeClaims when the Valkey is deleted.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReclaimPolicy {
+    /// Keep the volumes (and the data); a new Valkey of the same name picks them up again.
+    #[default]
+    Retain,
+    /// Delete the volumes with the Valkey.
+    Delete,
+}
+
+/// Requests (and the memory limit) of the valkey container.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSpec {
+    /// CPU request, e.g. 250m.
+    #[serde(default = "defaults::cpu")]
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+        .message(Message::Message("spec.resource.cpu must be a positive quantity, e.g. 250m or 1".into())))]
+    pub cpu: String,
+
+    /// Memory request and limit, e.g. 512Mi.
+    #[serde(default = "defaults::memory")]
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+        .message(Message::Message("spec.resource.memory must be a positive quantity, e.g. 512Mi".into())))]
+    pub memory: String,
+
+    /// Ephemeral-storage request, e.g. 1Gi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+        .message(Message::Message("spec.resource.storage must be a positive quantity, e.g. 1Gi".into())))]
+    pub storage: Option<String>,
+}
+
+impl Default for ResourceSpec {
+    fn default() -> Self {
+        Self {
+            cpu: defaults::cpu(),
+            memory: defaults::memory(),
+            storage: None,
+        }
+    }
+}
+
+/// valkey.conf directives the operator writes itself, or that would break it (files, network,
+/// auth, replication, process supervision, command names its probes use).
+pub const OPERATOR_OWNED_CONFIG_KEYS: &[&str] = &[
+    "aclfile",
+    "bind",
+    "cluster-config-file",
+    "cluster-enabled",
+    "daemonize",
+    "dir",
+    "include",
+    "logfile",
+    "masterauth",
+    "masteruser",
+    "pidfile",
+    "port",
+    "protected-mode",
+    "rename-command",
+    "replica-announce-ip",
+    "replica-announce-port",
+    "replicaof",
+    "requirepass",
+    "slave-announce-ip",
+    "slave-announce-port",
+    "slaveof",
+    "supervised",
+    "unixsocket",
+    "unixsocketperm",
+    "user",
+];
+
+/// Most directives an instance may carry in `spec.config`.
+pub const MAX_CONFIG_ENTRIES: u32 = 64;
+
+/// The schema of `spec.config`: a bounded map (so the API server can bound the cost of its CEL
+/// rules) whose keys are plain directive names and whose values cannot start a new line.
+fn config_schema(_: &mut SchemaGenerator) -> Schema {
+    let owned = OPERATOR_OWNED_CONFIG_KEYS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    json_schema!({
+        "type": "object",
+        "description": "Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`. Directives the operator manages (port, bind, dir, replicaof, requirepass, ...) are refused.",
+        "maxProperties": MAX_CONFIG_ENTRIES,
+        "additionalProperties": {"type": "string", "maxLength": 1024},
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.all(k, k.matches('^[a-z][a-z0-9-]{0,63}$'))",
+                "message": "spec.config keys must be valkey.conf directive names in lowercase (letters, digits and '-', at most 64), e.g. maxmemory-policy",
+            },
+            {
+                "rule": format!("self.all(k, !(k in [{owned}]))"),
+                "messageExpression": format!("'spec.config must not set ' + self.filter(k, k in [{owned}]).join(', ') + ': the operator manages it; use the matching spec field or remove it'"),
+            },
+            {
+                "rule": r#"self.all(k, !self[k].matches(r'[[:cntrl:]"\\]') && !self[k].contains("'"))"#,
+                "message": "spec.config values must be plain words separated by spaces: no quotes, backslashes, newlines or other control characters",
+            },
+        ],
+    })
+}
+
+/// Observed state of a Valkey instance, written by the operator.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyStatus {
+    /// Pending, Creating, Running, Degraded, Stopped or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Phase>,
+    /// The last error, in words; empty once the instance is healthy.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+    /// Pods that are ready to serve.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// The pod that takes writes now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// Label selector of the instance's pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the operator last changed something for this instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reconcile_at: Option<Time>,
+    /// Ready, Progressing and Degraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The instance's phase, as one word.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Accepted, nothing created yet.
+    Pending,
+    /// Objects created, pods not all ready yet.
+    Creating,
+    /// Every pod ready, primary known.
+    Running,
+    /// Serving, but with fewer ready pods than asked for.
+    Degraded,
+    /// spec.replicas is 0: no pod runs, data is kept.
+    Stopped,
+    /// Cannot make progress until something is fixed; status.error says what.
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Creating => "Creating",
+            Phase::Running => "Running",
+            Phase::Degraded => "Degraded",
+            Phase::Stopped => "Stopped",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
