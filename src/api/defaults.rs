@@ -1,8 +1,8 @@
 //! Defaults of the Valkey API. The CRD schema carries them (the API server fills them in) and the
 //! plugin uses the same functions, so both agree by construction.
 
-/// The Valkey release the operator is tested with (the valkey-server the tests boot is 9.1).
-pub const IMAGE: &str = "valkey/valkey:9.1.0";
+/// The Valkey release the operator is tested with (the valkey-server the tests boot is 9.1.2).
+pub const IMAGE: &str = "valkey/valkey:9.1.2";
 pub const REPLICAS: i32 = 1;
 pub const MAX_REPLICAS: i32 = 5;
 pub const USER: &str = "default";

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::defaults;
 
@@ -46,7 +47,7 @@ pub struct ValkeySpec {
     #[serde(default = "defaults::image")]
     #[schemars(length(min = 1, max = 512))]
     #[x_kube(validation = Rule::new("!self.matches('[[:space:]]')")
-        .message(Message::Message("spec.image must be an image reference without spaces, e.g. valkey/valkey:9.1.0".into())))]
+        .message(Message::Message("spec.image must be an image reference without spaces, e.g. valkey/valkey:9.1.2".into())))]
     pub image: String,
 
     /// Number of Valkey pods: 0 stops the instance (data kept), 1 runs a standalone primary,
@@ -249,30 +250,29 @@ pub const MAX_CONFIG_ENTRIES: u32 = 64;
 /// The schema of `spec.config`: a bounded map (so the API server can bound the cost of its CEL
 /// rules) whose keys are plain directive names and whose values cannot start a new line.
 fn config_schema(_: &mut SchemaGenerator) -> Schema {
-    let owned = OPERATOR_OWNED_CONFIG_KEYS
-        .iter()
-        .map(|k| format!("'{k}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut rules = vec![
+        json!({
+            "rule": "self.all(k, k.matches('^[a-z][a-z0-9-]{0,63}$'))",
+            "message": "spec.config keys must be valkey.conf directive names in lowercase (letters, digits and '-', at most 64), e.g. maxmemory-policy",
+        }),
+        json!({
+            "rule": r#"self.all(k, !self[k].matches(r'[[:cntrl:]"\\]') && !self[k].contains("'"))"#,
+            "message": "spec.config values must be plain words separated by spaces: no quotes, backslashes, newlines or other control characters",
+        }),
+    ];
+    // One cheap rule per directive (a map lookup), so the message names the directive.
+    rules.extend(OPERATOR_OWNED_CONFIG_KEYS.iter().map(|key| {
+        json!({
+            "rule": format!("!('{key}' in self)"),
+            "message": format!("spec.config must not set {key}: the operator manages it; remove it (or use the matching spec field)"),
+        })
+    }));
     json_schema!({
         "type": "object",
         "description": "Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`. Directives the operator manages (port, bind, dir, replicaof, requirepass, ...) are refused.",
         "maxProperties": MAX_CONFIG_ENTRIES,
         "additionalProperties": {"type": "string", "maxLength": 1024},
-        "x-kubernetes-validations": [
-            {
-                "rule": "self.all(k, k.matches('^[a-z][a-z0-9-]{0,63}$'))",
-                "message": "spec.config keys must be valkey.conf directive names in lowercase (letters, digits and '-', at most 64), e.g. maxmemory-policy",
-            },
-            {
-                "rule": format!("self.all(k, !(k in [{owned}]))"),
-                "messageExpression": format!("'spec.config must not set ' + self.filter(k, k in [{owned}]).join(', ') + ': the operator manages it; use the matching spec field or remove it'"),
-            },
-            {
-                "rule": r#"self.all(k, !self[k].matches(r'[[:cntrl:]"\\]') && !self[k].contains("'"))"#,
-                "message": "spec.config values must be plain words separated by spaces: no quotes, backslashes, newlines or other control characters",
-            },
-        ],
+        "x-kubernetes-validations": rules,
     })
 }
 

@@ -1,0 +1,245 @@
+//! The status of a Valkey, computed from what the operator observed: its StatefulSet, its pods,
+//! the primary it recorded, and the error of the last reconcile. Pure: no client, no clock.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::names::{self, ObjectNames};
+use crate::api::{Phase, Valkey, ValkeyStatus};
+
+/// Condition types.
+pub mod conditions {
+    pub const READY: &str = "Ready";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// What a reconcile saw of the instance.
+#[derive(Clone, Debug, Default)]
+pub struct Observed<'a> {
+    pub statefulset: Option<&'a StatefulSet>,
+    /// The instance's pods (any order).
+    pub pods: &'a [Pod],
+    /// The pod that takes writes, as the operator decided or Sentinel reported.
+    pub primary: Option<String>,
+    /// Why the last reconcile could not finish, in words.
+    pub error: Option<String>,
+    /// Whether the last reconcile changed anything in the cluster.
+    pub changed: bool,
+}
+
+/// The status the instance should have now. `now` stamps transitions and `lastReconcileAt`.
+pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeyStatus {
+    let previous = valkey.status.clone().unwrap_or_default();
+    let desired = valkey.spec.replicas;
+    let ready = ready_pods(observed.pods);
+    let rolling = rollout_in_progress(valkey, observed.statefulset);
+    let primary = observed.primary.clone().filter(|p| {
+        observed
+            .pods
+            .iter()
+            .any(|pod| pod.metadata.name.as_deref() == Some(p.as_str()))
+    });
+    let phase = phase(desired, ready, primary.is_some(), observed, previous.status);
+    let message = message(phase, desired, ready, rolling, observed);
+
+    let mut status = ValkeyStatus {
+        status: Some(phase),
+        error: observed.error.clone().unwrap_or_default(),
+        ready_replicas: ready,
+        primary: if desired == 0 { None } else { primary },
+        selector: Some(names::instance_selector(valkey_name(valkey))),
+        observed_generation: valkey.metadata.generation,
+        last_reconcile_at: previous.last_reconcile_at.clone(),
+        conditions: Vec::new(),
+    };
+    let generation = valkey.metadata.generation;
+    status.conditions = vec![
+        condition(
+            &previous,
+            conditions::READY,
+            matches!(phase, Phase::Running | Phase::Stopped),
+            phase_reason(phase),
+            &message,
+            generation,
+            now,
+        ),
+        condition(
+            &previous,
+            conditions::PROGRESSING,
+            rolling || phase == Phase::Creating || phase == Phase::Pending,
+            if rolling {
+                "RollingUpdate"
+            } else {
+                phase_reason(phase)
+            },
+            &message,
+            generation,
+            now,
+        ),
+        condition(
+            &previous,
+            conditions::DEGRADED,
+            matches!(phase, Phase::Degraded | Phase::Failed),
+            phase_reason(phase),
+            &message,
+            generation,
+            now,
+        ),
+    ];
+    if observed.changed || previous.status != status.status || previous.last_reconcile_at.is_none()
+    {
+        status.last_reconcile_at = Some(now.clone());
+    }
+    status
+}
+
+/// Whether two statuses differ in anything but their timestamps, i.e. whether writing the new
+/// one tells a reader something new.
+pub fn differs(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &ValkeyStatus| {
+        let mut s = s.clone();
+        s.last_reconcile_at = None;
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Default::default());
+        }
+        s
+    };
+    strip(old) != strip(new)
+}
+
+fn valkey_name(valkey: &Valkey) -> &str {
+    valkey.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn phase(
+    desired: i32,
+    ready: i32,
+    has_primary: bool,
+    observed: &Observed<'_>,
+    previous: Option<Phase>,
+) -> Phase {
+    if observed.error.is_some() {
+        return Phase::Failed;
+    }
+    if desired == 0 {
+        return Phase::Stopped;
+    }
+    if observed.statefulset.is_none() {
+        return Phase::Pending;
+    }
+    if ready >= desired && has_primary {
+        return Phase::Running;
+    }
+    // Until an instance first runs it is being created; afterwards missing pods are a degradation.
+    match previous {
+        Some(Phase::Running | Phase::Degraded) => Phase::Degraded,
+        _ => Phase::Creating,
+    }
+}
+
+fn phase_reason(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Pending => "Pending",
+        Phase::Creating => "Creating",
+        Phase::Running => "AllReplicasReady",
+        Phase::Degraded => "ReplicasNotReady",
+        Phase::Stopped => "Stopped",
+        Phase::Failed => "ReconcileFailed",
+    }
+}
+
+fn message(
+    phase: Phase,
+    desired: i32,
+    ready: i32,
+    rolling: bool,
+    observed: &Observed<'_>,
+) -> String {
+    match phase {
+        Phase::Failed => observed.error.clone().unwrap_or_default(),
+        Phase::Stopped => "spec.replicas is 0: no pod runs; the data is kept".into(),
+        Phase::Pending => "waiting for the StatefulSet to be created".into(),
+        _ if rolling => format!("{ready}/{desired} pods ready; rolling out a new pod template"),
+        _ => format!("{ready}/{desired} pods ready"),
+    }
+}
+
+fn condition(
+    previous: &ValkeyStatus,
+    kind: &str,
+    on: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let status = if on { "True" } else { "False" };
+    // A condition's transition time moves only when its status flips.
+    let last_transition_time = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    Condition {
+        type_: kind.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// Pods that are Ready (the kubelet's verdict, which includes the authenticated probe).
+pub fn ready_pods(pods: &[Pod]) -> i32 {
+    let ready = pods
+        .iter()
+        .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+        .count();
+    i32::try_from(ready).unwrap_or(i32::MAX)
+}
+
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether the StatefulSet is still moving its pods to a new pod template (or has not yet seen
+/// its latest spec).
+fn rollout_in_progress(valkey: &Valkey, statefulset: Option<&StatefulSet>) -> bool {
+    let Some(sts) = statefulset else { return false };
+    let Some(status) = sts.status.as_ref() else {
+        return true;
+    };
+    if status.observed_generation < sts.metadata.generation {
+        return true;
+    }
+    let revisions_differ =
+        status.update_revision.is_some() && status.current_revision != status.update_revision;
+    valkey.spec.replicas > 0 && revisions_differ
+}
+
+/// The pod ordinal of `pod` in the instance, if it is one of its StatefulSet's pods.
+pub fn ordinal(instance: &str, pod: &str) -> Option<i32> {
+    pod.strip_prefix(instance)?.strip_prefix('-')?.parse().ok()
+}
+
+/// The primary the instance should have: the recorded one while its pod is within the desired
+/// replicas, otherwise pod 0.
+pub fn choose_primary(valkey: &Valkey) -> Option<String> {
+    let name = valkey_name(valkey);
+    if valkey.spec.replicas == 0 {
+        return None;
+    }
+    let recorded = valkey.status.as_ref().and_then(|s| s.primary.clone());
+    match recorded {
+        Some(p) if ordinal(name, &p).is_some_and(|o| o < valkey.spec.replicas) => Some(p),
+        _ => Some(ObjectNames::new(name).pod(0)),
+    }
+}

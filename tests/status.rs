@@ -1,0 +1,178 @@
+//! Status computation from YAML fixtures (tests/fixtures/status): each file is what the operator
+//! observed and the status a user must then see.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use valkey_operator::api::{Phase, Valkey};
+use valkey_operator::status::{self, Observed};
+
+#[derive(Deserialize)]
+struct Case {
+    valkey: Value,
+    statefulset: Option<Value>,
+    pods: Vec<PodFixture>,
+    primary: Option<String>,
+    error: Option<String>,
+    expect: Expect,
+}
+
+#[derive(Deserialize)]
+struct PodFixture {
+    name: String,
+    ready: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Expect {
+    status: Phase,
+    ready_replicas: i32,
+    primary: Option<String>,
+    #[serde(default)]
+    error: String,
+    conditions: std::collections::BTreeMap<String, String>,
+}
+
+fn valkey(v: &Value) -> Valkey {
+    let mut object = json!({
+        "apiVersion": "database.kuberly.io/v1alpha1",
+        "kind": "Valkey",
+        "metadata": {"name": "cache", "namespace": "team-a", "generation": 4, "uid": "0b0c"},
+    });
+    object["spec"] = v["spec"].clone();
+    object["status"] = v.get("status").cloned().unwrap_or(Value::Null);
+    serde_json::from_value(object).expect("a Valkey fixture")
+}
+
+fn statefulset(v: &Value) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "cache", "generation": v["generation"]},
+        "status": {
+            "replicas": 0,
+            "observedGeneration": v["observedGeneration"],
+            "currentRevision": v["currentRevision"],
+            "updateRevision": v["updateRevision"],
+            "updatedReplicas": v["updatedReplicas"],
+        },
+    }))
+    .expect("a StatefulSet fixture")
+}
+
+fn pod(p: &PodFixture) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": p.name},
+        "status": {"conditions": [{"type": "Ready", "status": if p.ready { "True" } else { "False" }}]},
+    }))
+    .expect("a Pod fixture")
+}
+
+fn now() -> Time {
+    Time("2026-11-30T12:00:00Z".parse().expect("a timestamp"))
+}
+
+#[test]
+fn status_fixtures() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/status");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).expect("the status fixtures") {
+        let path = entry.expect("a fixture").path();
+        let name = path.display().to_string();
+        let case: Case =
+            yaml_serde::from_str(&std::fs::read_to_string(&path).expect("readable")).expect(&name);
+        let valkey = valkey(&case.valkey);
+        let sts = case.statefulset.as_ref().map(statefulset);
+        let pods: Vec<Pod> = case.pods.iter().map(pod).collect();
+        let observed = Observed {
+            statefulset: sts.as_ref(),
+            pods: &pods,
+            primary: case.primary.clone(),
+            error: case.error.clone(),
+            changed: false,
+        };
+        let got = status::compute(&valkey, &observed, &now());
+        assert_eq!(got.status, Some(case.expect.status), "{name}: phase");
+        assert_eq!(
+            got.ready_replicas, case.expect.ready_replicas,
+            "{name}: readyReplicas"
+        );
+        assert_eq!(got.primary, case.expect.primary, "{name}: primary");
+        assert_eq!(got.error, case.expect.error, "{name}: error");
+        assert_eq!(
+            got.observed_generation,
+            Some(4),
+            "{name}: observedGeneration"
+        );
+        assert_eq!(
+            got.selector.as_deref(),
+            Some("app.kubernetes.io/name=valkey,app.kubernetes.io/instance=cache")
+        );
+        let conditions: std::collections::BTreeMap<_, _> = got
+            .conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone()))
+            .collect();
+        assert_eq!(conditions, case.expect.conditions, "{name}: conditions");
+        seen += 1;
+    }
+    assert!(seen >= 8, "only {seen} fixtures");
+}
+
+#[test]
+fn an_unchanged_status_is_not_rewritten_and_keeps_its_transition_times() {
+    let v = valkey(&json!({"spec": {"replicas": 1}}));
+    let sts = statefulset(
+        &json!({"generation": 1, "observedGeneration": 1, "currentRevision": "a", "updateRevision": "a", "updatedReplicas": 1}),
+    );
+    let pods = vec![pod(&PodFixture {
+        name: "cache-0".into(),
+        ready: true,
+    })];
+    let observed = Observed {
+        statefulset: Some(&sts),
+        pods: &pods,
+        primary: Some("cache-0".into()),
+        error: None,
+        changed: true,
+    };
+    let first = status::compute(&v, &observed, &now());
+    assert!(status::differs(None, &first));
+
+    let mut stored = v.clone();
+    stored.status = Some(first.clone());
+    let later = Time("2026-11-30T13:00:00Z".parse().unwrap());
+    let idle = Observed {
+        changed: false,
+        ..observed.clone()
+    };
+    let second = status::compute(&stored, &idle, &later);
+    assert!(
+        !status::differs(Some(&first), &second),
+        "an idle reconcile must not write status"
+    );
+    assert_eq!(
+        second.last_reconcile_at, first.last_reconcile_at,
+        "lastReconcileAt moves only on change"
+    );
+    assert_eq!(
+        second.conditions[0].last_transition_time,
+        first.conditions[0].last_transition_time
+    );
+
+    let changed = status::compute(&stored, &observed, &later);
+    assert_eq!(changed.last_reconcile_at, Some(later));
+}
+
+#[test]
+fn the_primary_stays_put_unless_its_pod_is_scaled_away() {
+    let mut v = valkey(&json!({"spec": {"replicas": 3}, "status": {"primary": "cache-2"}}));
+    assert_eq!(status::choose_primary(&v).as_deref(), Some("cache-2"));
+    v.spec.replicas = 2;
+    assert_eq!(status::choose_primary(&v).as_deref(), Some("cache-0"));
+    v.spec.replicas = 0;
+    assert_eq!(status::choose_primary(&v), None);
+    let fresh = valkey(&json!({"spec": {"replicas": 1}}));
+    assert_eq!(status::choose_primary(&fresh).as_deref(), Some("cache-0"));
+}

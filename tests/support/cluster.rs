@@ -1,0 +1,141 @@
+//! The local control plane for tests: started (or reused) once per test binary through
+//! `hack/cluster up`, one fresh namespace per test, removed when the test ends.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("VALKEY_OPERATOR_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/valkey-operator")
+        })
+}
+
+/// The kubeconfig `hack/cluster up` writes.
+pub fn kubeconfig_path() -> PathBuf {
+    cache_dir().join("cluster/kubeconfig")
+}
+
+/// The bin dir of the cluster's tools (kubectl, valkey-server, ...), from `hack/cluster env`.
+pub fn tools_path() -> String {
+    let out = Command::new(repo_root().join("hack/cluster"))
+        .arg("env")
+        .output()
+        .expect("running hack/cluster env");
+    let env = String::from_utf8_lossy(&out.stdout);
+    env.lines()
+        .find_map(|l| l.strip_prefix("export PATH="))
+        .map(|p| p.trim_matches('"').replace(":$PATH", "").replace("\"", ""))
+        .unwrap_or_default()
+}
+
+/// Brings the control plane up once for this test binary (a no-op when it already runs).
+pub fn ensure_up() -> PathBuf {
+    static UP: OnceLock<PathBuf> = OnceLock::new();
+    UP.get_or_init(|| {
+        let status = Command::new(repo_root().join("hack/cluster"))
+            .arg("up")
+            .status()
+            .expect("running hack/cluster up");
+        assert!(status.success(), "hack/cluster up failed");
+        kubeconfig_path()
+    })
+    .clone()
+}
+
+/// A client with the cluster's admin credentials.
+pub async fn admin_client() -> Client {
+    let path = ensure_up();
+    let kubeconfig = Kubeconfig::read_from(&path).expect("reading the cluster's kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("loading the cluster's kubeconfig");
+    Client::try_from(config).expect("building a client")
+}
+
+/// A namespace of its own for one test, deleted (with everything in it) when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    /// `prefix` names the test; `labels` e.g. enforce a Pod Security level.
+    pub async fn new(prefix: &str, labels: &[(&str, &str)]) -> Self {
+        let client = admin_client().await;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            "{prefix}-{:x}{:05x}",
+            std::process::id() & 0xfff,
+            nanos & 0xfffff
+        );
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("creating the test namespace");
+        Self { name, client }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_TEST_NAMESPACES").is_some() {
+            eprintln!("keeping namespace {}", self.name);
+            return;
+        }
+        let name = self.name.clone();
+        // Drop cannot await; a short-lived runtime on its own thread deletes the namespace.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let client = admin_client().await;
+                let _ = Api::<Namespace>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await;
+            });
+        })
+        .join();
+    }
+}
