@@ -1,2 +1,5 @@
 pub mod api;
+pub mod apply;
+pub mod build;
+pub mod reconcile;
 pub mod status;

@@ -1,0 +1,71 @@
+//! /metrics, /healthz and /readyz.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use kube::runtime::reflector::Store;
+use tokio::sync::watch;
+use valkey_operator::api::Valkey;
+
+use crate::metrics::Metrics;
+
+/// What the endpoints report on, shared with the controller.
+#[derive(Clone)]
+pub struct Health {
+    pub metrics: Arc<Metrics>,
+    /// Set once the API server answered; cleared never (liveness is about the process).
+    pub ready: Arc<AtomicBool>,
+    /// The controller's Valkey cache, once this process leads.
+    pub store: watch::Receiver<Option<Store<Valkey>>>,
+}
+
+pub async fn serve(
+    addr: SocketAddr,
+    health: Health,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("HTTP server")
+}
+
+async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
+    if health.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not connected to the API server yet",
+        )
+    }
+}
+
+async fn metrics(
+    State(health): State<Health>,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let store = health.store.borrow().clone();
+    let body = health.metrics.render(store.as_ref());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+}

@@ -1,0 +1,126 @@
+//! The story of each Valkey in Kubernetes events: what was created, updated, scaled, deleted,
+//! and every failure. Messages name objects, never their contents.
+
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
+use super::{Context, Error};
+use crate::api::Valkey;
+use crate::apply::{Applied, Outcome};
+
+/// One object the reconcile changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub kind: &'static str,
+    pub name: String,
+    pub outcome: Outcome,
+    /// For a StatefulSet whose replicas changed: from and to.
+    pub scaled: Option<(i32, i32)>,
+}
+
+impl Change {
+    pub fn named(kind: &'static str, name: &str, outcome: Outcome) -> Self {
+        Self {
+            kind,
+            name: name.to_owned(),
+            outcome,
+            scaled: None,
+        }
+    }
+
+    pub fn scaled<K: Resource>(object: &K, from: i32, to: i32) -> Self {
+        Self {
+            scaled: Some((from, to)),
+            ..Self::of("Scale", object, Outcome::Updated)
+        }
+    }
+
+    pub fn of<K: Resource>(kind: &'static str, object: &K, outcome: Outcome) -> Self {
+        Self::named(kind, &object.name_any(), outcome)
+    }
+
+    pub fn applied<K: Resource>(kind: &'static str, applied: Applied<K>) -> Self {
+        Self::of(kind, &applied.object, applied.outcome)
+    }
+}
+
+fn reason(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Created => "Created",
+        Outcome::Updated => "Updated",
+        Outcome::Deleted => "Deleted",
+        Outcome::Unchanged => "Unchanged",
+    }
+}
+
+/// Publishes one event per kind of change (so a new instance gets one "Created" event listing
+/// its objects, not seven), plus a Warning for a failure.
+pub async fn publish(ctx: &Context, valkey: &Valkey, changes: &[Change], error: Option<&Error>) {
+    let reference = valkey.object_ref(&());
+    let mut events = Vec::new();
+    for outcome in [Outcome::Created, Outcome::Updated, Outcome::Deleted] {
+        let objects: Vec<String> = changes
+            .iter()
+            .filter(|c| c.outcome == outcome && c.kind != "Pod" && c.scaled.is_none())
+            .map(|c| format!("{} {}", c.kind, c.name))
+            .collect();
+        if !objects.is_empty() {
+            events.push(event(
+                EventType::Normal,
+                reason(outcome),
+                objects.join(", "),
+            ));
+        }
+    }
+    for (from, to) in changes.iter().filter_map(|c| c.scaled) {
+        events.push(event(
+            EventType::Normal,
+            "Scaled",
+            format!("scaled from {from} to {to} pods"),
+        ));
+    }
+    let relabelled: Vec<&str> = changes
+        .iter()
+        .filter(|c| c.kind == "Pod")
+        .map(|c| c.name.as_str())
+        .collect();
+    if !relabelled.is_empty() {
+        events.push(event(
+            EventType::Normal,
+            "RolesAssigned",
+            format!("replication roles set on {}", relabelled.join(", ")),
+        ));
+    }
+    if let Some(e) = error {
+        events.push(event(EventType::Warning, e.reason(), e.to_string()));
+    }
+    for ev in events {
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            warn!(error = %e, valkey = %valkey.name_any(), "could not publish an event");
+        }
+    }
+}
+
+fn event(type_: EventType, reason: &str, note: String) -> Event {
+    Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(truncate(note)),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    }
+}
+
+/// Event notes are limited to 1 kB.
+fn truncate(mut note: String) -> String {
+    if note.len() > 1000 {
+        let mut end = 1000;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push('…');
+    }
+    note
+}

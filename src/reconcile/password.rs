@@ -1,0 +1,79 @@
+//! Where the instance's password comes from: the user's Secret (spec.passwordSecret), or the
+//! Secret the operator generated once and never overwrites.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, ResourceExt};
+
+use super::Error;
+use crate::api::names::ObjectNames;
+use crate::api::{Valkey, defaults};
+use crate::build;
+
+/// The password, and whether it was just generated (so its Secret must be created).
+pub struct Credentials {
+    pub password: String,
+    pub generate: bool,
+}
+
+pub async fn resolve(
+    client: &Client,
+    valkey: &Valkey,
+    namespace: &str,
+) -> Result<Credentials, Error> {
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let (name, key, user_supplied) = match &valkey.spec.password_secret {
+        Some(r) => (r.name.clone(), r.key.clone(), true),
+        None => (
+            ObjectNames::new(&valkey.name_any()).generated_secret(),
+            defaults::PASSWORD_KEY.to_owned(),
+            false,
+        ),
+    };
+    let located =
+        |e: fn(String, String, String) -> Error| e(namespace.to_owned(), name.clone(), key.clone());
+    let Some(secret) = secrets.get_opt(&name).await? else {
+        if user_supplied {
+            return Err(located(|namespace, name, key| {
+                Error::PasswordSecretMissing {
+                    namespace,
+                    name,
+                    key,
+                }
+            }));
+        }
+        return Ok(Credentials {
+            password: build::generate_password()?,
+            generate: true,
+        });
+    };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(&key))
+                .map(|s| s.clone().into_bytes())
+        });
+    let Some(bytes) = bytes else {
+        return Err(located(|namespace, name, key| Error::PasswordKeyMissing {
+            namespace,
+            name,
+            key,
+        }));
+    };
+    let password = String::from_utf8(bytes).map_err(|_| {
+        located(|namespace, name, key| Error::PasswordNotText {
+            namespace,
+            name,
+            key,
+        })
+    })?;
+    Ok(Credentials {
+        password,
+        generate: false,
+    })
+}
