@@ -84,11 +84,11 @@ async fn manifests_install_and_invalid_objects_are_refused_with_the_field_named(
     assert!(all.len() >= 25, "only {} cases", all.len());
     let mut failures = Vec::new();
     for case in &all {
-        if let Some(old) = case.old_object() {
-            if let Err(e) = apply(&api, &old).await {
-                failures.push(format!("{}: the old object was refused: {e}", case.case));
-                continue;
-            }
+        if let Some(old) = case.old_object()
+            && let Err(e) = apply(&api, &old).await
+        {
+            failures.push(format!("{}: the old object was refused: {e}", case.case));
+            continue;
         }
         match apply(&api, &case.object()).await {
             Ok(_) => failures.push(format!("{}: accepted", case.case)),

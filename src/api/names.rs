@@ -64,6 +64,12 @@ impl<'a> ObjectNames<'a> {
         format!("{}-auth", self.instance)
     }
 
+    /// The operator-owned Secret holding auth.conf (the ACL and replication credentials): the
+    /// password never goes into the ConfigMap.
+    pub fn acl_secret(&self) -> String {
+        format!("{}-acl", self.instance)
+    }
+
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-{ordinal}", self.instance)
     }

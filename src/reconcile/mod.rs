@@ -109,10 +109,10 @@ async fn converge(
     let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), namespace);
     let sts = apply::apply(&statefulsets, &desired.statefulset).await?;
     let replicas = |s: &StatefulSet| s.spec.replicas;
-    if let Some(from) = sts.previous.as_ref().and_then(replicas) {
-        if Some(from) != replicas(&sts.object) {
-            changes.push(Change::scaled(&sts.object, from, valkey.spec.replicas));
-        }
+    if let Some(from) = sts.previous.as_ref().and_then(replicas)
+        && Some(from) != replicas(&sts.object)
+    {
+        changes.push(Change::scaled(&sts.object, from, valkey.spec.replicas));
     }
     changes.push(Change::applied("StatefulSet", sts));
 

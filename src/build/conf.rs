@@ -1,0 +1,231 @@
+//! The files valkey-server reads: valkey.conf (no secrets, in the ConfigMap), auth.conf (the
+//! ACL and replication credentials, in an operator-owned Secret) and the start script.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use sha2::{Digest, Sha256};
+
+use super::instance::Instance;
+use super::{BuildError, quantity};
+use crate::api::{OPERATOR_OWNED_CONFIG_KEYS, ValkeySpec};
+
+pub const PORT: i32 = 6379;
+/// Where the projected config volume (ConfigMap and ACL Secret) is mounted.
+pub const CONFIG_DIR: &str = "/etc/valkey";
+pub const DATA_DIR: &str = "/data";
+pub const VALKEY_CONF_KEY: &str = "valkey.conf";
+pub const START_SH_KEY: &str = "start.sh";
+/// ConfigMap key holding the name of the pod that starts as primary.
+pub const PRIMARY_KEY: &str = "primary";
+pub const AUTH_CONF_KEY: &str = "auth.conf";
+/// auth.conf's path relative to [`CONFIG_DIR`].
+pub const AUTH_CONF_PATH: &str = "auth/auth.conf";
+
+/// Share of the memory limit given to the dataset (`maxmemory`), in percent.
+///
+/// `maxmemory` only bounds the dataset; the container also holds allocator fragmentation,
+/// client and replication buffers, the replication backlog, and copy-on-write pages while a
+/// forked child writes a snapshot, an AOF rewrite or a full sync. Going over the limit gets the
+/// pod OOM-killed (losing data without a volume), so a quarter is kept as headroom.
+pub const MAXMEMORY_PERCENT: u128 = 75;
+
+/// valkey.conf for the instance.
+pub(crate) fn valkey_conf(instance: &Instance) -> Result<String, BuildError> {
+    let spec = &instance.valkey.spec;
+    check_user_config(&spec.config)?;
+    let mut settings = default_settings(spec)?;
+    settings.extend(spec.config.clone());
+
+    let mut conf = format!(
+        "# valkey.conf of Valkey {}/{}, rendered by valkey-operator: set spec.config instead of editing it.\n",
+        instance.namespace, instance.name
+    );
+    // Auth is always on (auth.conf), so protected mode never gets in the way of remote clients;
+    // it stays on as a safety net should the default user ever lose its password.
+    for (key, value) in [
+        ("port", PORT.to_string()),
+        ("bind", "* -::*".to_owned()),
+        ("protected-mode", "yes".to_owned()),
+        ("dir", DATA_DIR.to_owned()),
+        ("include", format!("{CONFIG_DIR}/{AUTH_CONF_PATH}")),
+    ] {
+        conf.push_str(&directive(key, &value));
+    }
+    for (key, value) in &settings {
+        conf.push_str(&directive(key, value));
+    }
+    Ok(conf)
+}
+
+/// Directives the operator picks but `spec.config` may override (one line per key, no repeats).
+fn default_settings(spec: &ValkeySpec) -> Result<BTreeMap<String, String>, BuildError> {
+    let mut settings = BTreeMap::new();
+    let mut set = |key: &str, value: &str| settings.insert(key.to_owned(), value.to_owned());
+    if spec.volume.enabled {
+        set("appendonly", "yes");
+        set("appendfsync", "everysec");
+    } else {
+        // Nothing survives a restart on an emptyDir anyway; snapshots would only cost forks.
+        set("appendonly", "no");
+        set("save", "");
+    }
+    set("replica-serve-stale-data", "yes");
+    set("replica-read-only", "yes");
+    set("maxmemory", &maxmemory(&spec.resource.memory)?.to_string());
+    Ok(settings)
+}
+
+fn maxmemory(memory: &str) -> Result<u128, BuildError> {
+    let limit = quantity::bytes(memory).ok_or_else(|| BuildError::InvalidMemory(memory.into()))?;
+    // 0 would mean "no limit", the opposite of a tiny one.
+    Ok((limit * MAXMEMORY_PERCENT / 100).max(1))
+}
+
+/// The CRD refuses these already; checking again keeps a line break or an operator-owned
+/// directive out of valkey.conf even if the CRD's rules were bypassed (e.g. an old CRD).
+fn check_user_config(config: &BTreeMap<String, String>) -> Result<(), BuildError> {
+    for (key, value) in config {
+        let invalid = |reason| BuildError::InvalidConfig {
+            key: key.clone(),
+            reason,
+        };
+        let key_ok = key.len() <= 64
+            && key.starts_with(|c: char| c.is_ascii_lowercase())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !key_ok {
+            return Err(invalid(
+                "not a valkey.conf directive name (lowercase letters, digits and '-')",
+            ));
+        }
+        if OPERATOR_OWNED_CONFIG_KEYS.contains(&key.as_str()) {
+            return Err(invalid(
+                "the operator manages this directive; remove it from spec.config",
+            ));
+        }
+        if value
+            .chars()
+            .any(|c| c.is_control() || matches!(c, '"' | '\'' | '\\'))
+        {
+            return Err(invalid(
+                "values must be plain words: no quotes, backslashes or control characters",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `key value`, or `key ""` for an empty value (valkey reads a bare `key` as a syntax error).
+fn directive(key: &str, value: &str) -> String {
+    if value.trim().is_empty() {
+        format!("{key} \"\"\n")
+    } else {
+        format!("{key} {value}\n")
+    }
+}
+
+/// auth.conf: the ACL and the credentials replicas use towards the primary.
+pub(crate) fn auth_conf(instance: &Instance, password: &str) -> String {
+    let user = &instance.valkey.spec.user;
+    let mut conf = format!(
+        "# ACL of Valkey {}/{}, rendered by valkey-operator from its password Secret.\n",
+        instance.namespace, instance.name
+    );
+    let full_rights = |user: &str| {
+        format!(
+            "user {user} on {} ~* &* +@all\n",
+            quote(format!(">{password}").as_bytes())
+        )
+    };
+    if user != "default" {
+        // `resetpass` also drops `nopass`: the default user could not log in even if switched on.
+        conf.push_str("user default off resetpass -@all\n");
+    }
+    conf.push_str(&full_rights(user));
+    // Every pod may be a replica, so each carries the credentials to sync from the primary.
+    conf.push_str(&format!("masteruser {}\n", quote(user.as_bytes())));
+    conf.push_str(&format!("masterauth {}\n", quote(password.as_bytes())));
+    conf
+}
+
+/// One double-quoted argument that valkey's config parser (sdssplitargs) reads back as exactly
+/// `bytes`: anything but printable ASCII, `"` and `\` is written as `\xHH`, so no password can
+/// end the line, the argument or the quoted string.
+pub(crate) fn quote(bytes: &[u8]) -> String {
+    let mut quoted = String::with_capacity(bytes.len() + 2);
+    quoted.push('"');
+    for &byte in bytes {
+        match byte {
+            b'"' | b'\\' => {
+                quoted.push('\\');
+                quoted.push(char::from(byte));
+            }
+            b' '..=b'~' => quoted.push(char::from(byte)),
+            _ => {
+                let _ = write!(quoted, "\\x{byte:02x}");
+            }
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// The container's entrypoint. The pod decides at every start whether it is the primary, from
+/// the ConfigMap's `primary` key: the operator changes that key on failover without rolling the
+/// pods, so a restarted former primary comes back as a replica of the new one.
+pub(crate) fn start_sh(instance: &Instance) -> String {
+    let headless = instance.names.headless_service();
+    let namespace = instance.namespace;
+    format!(
+        r#"# Entrypoint of the valkey container, rendered by valkey-operator.
+set -eu
+: "${{POD_NAME:?POD_NAME must name this pod}}"
+primary=$(cat {CONFIG_DIR}/{PRIMARY_KEY} 2>/dev/null || true)
+if [ -z "$primary" ]; then
+  # Starting as a primary without knowing the real one could split the data in two.
+  echo "no primary pod named in {CONFIG_DIR}/{PRIMARY_KEY}; refusing to start" >&2
+  exit 1
+fi
+if [ "$primary" = "$POD_NAME" ]; then
+  exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY}
+fi
+exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY} --replicaof "$primary.{headless}.{namespace}.svc.cluster.local" {PORT}
+"#
+    )
+}
+
+/// sha256 (hex) over everything a running valkey-server read at start, so a change of any of
+/// them (including the password, through auth.conf) rolls the pods. The `primary` key is left
+/// out: failover must not restart every pod.
+pub(crate) fn config_hash(valkey_conf: &str, start_sh: &str, auth_conf: &str) -> String {
+    let mut hasher = Sha256::new();
+    for (name, content) in [
+        (VALKEY_CONF_KEY, valkey_conf),
+        (START_SH_KEY, start_sh),
+        (AUTH_CONF_KEY, auth_conf),
+    ] {
+        // Length-prefixed, so moving text from one file to the next changes the hash too.
+        hasher.update(name.as_bytes());
+        hasher.update((content.len() as u64).to_le_bytes());
+        hasher.update(content.as_bytes());
+    }
+    hasher.finalize().iter().fold(String::new(), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn quote_escapes_everything_the_parser_could_misread() {
+        assert_eq!(quote(b"plain"), r#""plain""#);
+        assert_eq!(quote(b"a b#c"), r#""a b#c""#);
+        assert_eq!(quote(b"q\"b\\"), r#""q\"b\\""#);
+        assert_eq!(quote(b"\n\r\t\0\x7f\xff"), r#""\x0a\x0d\x09\x00\x7f\xff""#);
+    }
+}

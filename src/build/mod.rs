@@ -1,0 +1,125 @@
+//! Pure builders: a `Valkey` and the facts the operator observed in, the Kubernetes objects it
+//! wants out. No client and no I/O, so each object is unit-tested from YAML fixtures; the apply
+//! layer writes them with server-side apply.
+
+mod conf;
+mod config_map;
+mod error;
+mod instance;
+mod password;
+mod pdb;
+mod pod;
+pub mod quantity;
+mod secret;
+mod service;
+mod statefulset;
+
+use std::fmt;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+pub use conf::{
+    AUTH_CONF_KEY, CONFIG_DIR, DATA_DIR, MAXMEMORY_PERCENT, PORT, PRIMARY_KEY, START_SH_KEY,
+    VALKEY_CONF_KEY,
+};
+pub use config_map::config_map;
+pub use error::BuildError;
+pub use password::{PASSWORD_BYTES, generate_password, password_from_bytes};
+pub use pdb::pod_disruption_budget;
+pub use pod::VALKEY_UID;
+pub use quantity::quantity_millis;
+pub use secret::{acl_secret, generated_secret};
+pub use service::{headless_service, read_only_service, read_write_service};
+pub use statefulset::{CONTAINER, PORT_NAME, statefulset};
+
+use crate::api::Valkey;
+use instance::Instance;
+
+/// Pod-template annotation: sha256 of valkey.conf, start.sh and auth.conf, so a change of the
+/// config or the password rolls the pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "database.kuberly.io/config-hash";
+
+/// What the operator observed and the builders cannot know from the spec.
+#[derive(Clone, Default)]
+pub struct Facts {
+    /// The pod that takes writes; pod 0 when none is known yet (a new instance).
+    pub primary: Option<String>,
+    /// The password: read from the password Secret, or just generated.
+    pub password: String,
+    /// The password was just generated because `<name>-auth` does not exist yet, so that Secret
+    /// must be created. Ignored when `spec.passwordSecret` is set.
+    pub new_password: bool,
+}
+
+impl fmt::Debug for Facts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Facts")
+            .field("primary", &self.primary)
+            .field("password", &"<redacted>")
+            .field("new_password", &self.new_password)
+            .finish()
+    }
+}
+
+/// Every object of one Valkey. No `Debug`: two of them hold the password.
+#[derive(Clone)]
+pub struct Desired {
+    /// `<name>-auth`: create if absent, never update (see [`generated_secret`]).
+    pub generated_secret: Option<Secret>,
+    pub acl_secret: Secret,
+    pub config_map: ConfigMap,
+    pub statefulset: StatefulSet,
+    pub read_write_service: Service,
+    pub read_only_service: Service,
+    pub headless_service: Service,
+    /// Only with more than one pod.
+    pub pod_disruption_budget: Option<PodDisruptionBudget>,
+}
+
+/// All objects of `valkey`.
+pub fn desired(valkey: &Valkey, facts: &Facts) -> Result<Desired, BuildError> {
+    let generated_secret = if facts.new_password {
+        generated_secret(valkey, &facts.password)?
+    } else {
+        None
+    };
+    Ok(Desired {
+        generated_secret,
+        acl_secret: acl_secret(valkey, &facts.password)?,
+        config_map: config_map(valkey, facts.primary.as_deref())?,
+        statefulset: statefulset(valkey, &facts.password)?,
+        read_write_service: read_write_service(valkey)?,
+        read_only_service: read_only_service(valkey)?,
+        headless_service: headless_service(valkey)?,
+        pod_disruption_budget: pod_disruption_budget(valkey)?,
+    })
+}
+
+/// An empty password would leave the instance open to anyone who can reach it.
+fn check_password(instance: &Instance, password: &str) -> Result<(), BuildError> {
+    if password.is_empty() {
+        return Err(BuildError::EmptyPassword(instance.name.to_owned()));
+    }
+    Ok(())
+}
+
+/// The primary's pod name, checked: it is written into a file the start script compares with
+/// the pod's own name, and a name that is no pod of the instance would leave no pod primary.
+fn primary_pod(instance: &Instance, primary: Option<&str>) -> Result<String, BuildError> {
+    let Some(primary) = primary else {
+        return Ok(instance.names.pod(0));
+    };
+    let ordinal = primary
+        .strip_prefix(instance.name)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .filter(|n| !n.is_empty() && n.len() <= 9 && n.bytes().all(|b| b.is_ascii_digit()));
+    match ordinal {
+        Some(_) => Ok(primary.to_owned()),
+        None => Err(BuildError::InvalidPrimary {
+            primary: primary.to_owned(),
+            instance: instance.name.to_owned(),
+        }),
+    }
+}

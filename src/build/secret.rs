@@ -1,0 +1,54 @@
+//! The password Secret the operator generates, and the ACL Secret it renders from the password.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+
+use super::conf::{self, AUTH_CONF_KEY};
+use super::instance::Instance;
+use super::{BuildError, check_password};
+use crate::api::{Valkey, defaults};
+
+/// `<name>-auth` holding `password`, or `None` when `spec.passwordSecret` names the user's own.
+///
+/// The apply layer must create it only if absent and never update it: it is the only copy of a
+/// generated password, and users may rotate it themselves.
+pub fn generated_secret(valkey: &Valkey, password: &str) -> Result<Option<Secret>, BuildError> {
+    let instance = Instance::new(valkey)?;
+    if valkey.spec.password_secret.is_some() {
+        return Ok(None);
+    }
+    check_password(&instance, password)?;
+    Ok(Some(secret(
+        &instance,
+        instance.names.generated_secret(),
+        defaults::PASSWORD_KEY,
+        password,
+    )))
+}
+
+/// `<name>-acl` holding `auth.conf`, which valkey.conf includes: the ACL and the replication
+/// credentials. A Secret, not the ConfigMap, because it contains the password.
+pub fn acl_secret(valkey: &Valkey, password: &str) -> Result<Secret, BuildError> {
+    let instance = Instance::new(valkey)?;
+    check_password(&instance, password)?;
+    Ok(secret(
+        &instance,
+        instance.names.acl_secret(),
+        AUTH_CONF_KEY,
+        &conf::auth_conf(&instance, password),
+    ))
+}
+
+fn secret(instance: &Instance, name: String, key: &str, value: &str) -> Secret {
+    Secret {
+        metadata: instance.meta(name),
+        type_: Some("Opaque".to_owned()),
+        data: Some(BTreeMap::from([(
+            key.to_owned(),
+            ByteString(value.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    }
+}

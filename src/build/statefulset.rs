@@ -1,0 +1,87 @@
+//! The StatefulSet: one pod per `spec.replicas`, each with its own volume and DNS name.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::instance::Instance;
+use super::{BuildError, check_password, pod};
+use crate::api::names::DATA_VOLUME;
+use crate::api::{ReclaimPolicy, Valkey};
+
+/// Name of the valkey container (what `kubectl exec -c` and the plugin use).
+pub const CONTAINER: &str = "valkey";
+/// Name of the Valkey port on the container and the Services.
+pub const PORT_NAME: &str = "valkey";
+
+/// The StatefulSet; `password` only feeds the config hash (it appears nowhere in the object).
+pub fn statefulset(valkey: &Valkey, password: &str) -> Result<StatefulSet, BuildError> {
+    let instance = Instance::new(valkey)?;
+    check_password(&instance, password)?;
+    let volume = &valkey.spec.volume;
+    Ok(StatefulSet {
+        metadata: instance.meta(instance.names.statefulset()),
+        spec: StatefulSetSpec {
+            replicas: Some(valkey.spec.replicas),
+            selector: instance.selector(),
+            service_name: Some(instance.names.headless_service()),
+            // Which pod is primary comes from the ConfigMap, not from start order, so pods need
+            // not wait for each other; OrderedReady would also hold back every higher ordinal
+            // behind one pod that cannot become ready. Rolling updates stay one pod at a time.
+            pod_management_policy: Some("Parallel".to_owned()),
+            template: pod::template(&instance, password)?,
+            volume_claim_templates: volume
+                .enabled
+                .then(|| vec![volume_claim_template(&instance)]),
+            persistent_volume_claim_retention_policy: volume.enabled.then(|| {
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some(reclaim(volume.reclaim_policy).to_owned()),
+                    // Scaling down and up again picks the data back up.
+                    when_scaled: Some("Retain".to_owned()),
+                }
+            }),
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    })
+}
+
+fn reclaim(policy: ReclaimPolicy) -> &'static str {
+    match policy {
+        ReclaimPolicy::Retain => "Retain",
+        ReclaimPolicy::Delete => "Delete",
+    }
+}
+
+fn volume_claim_template(instance: &Instance) -> PersistentVolumeClaim {
+    let volume = &instance.valkey.spec.volume;
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(DATA_VOLUME.to_owned()),
+            // The StatefulSet controller copies these onto each claim, so claims can be found
+            // (and cleaned up) by the instance selector.
+            labels: Some(instance.labels()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: volume.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(volume.storage.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}

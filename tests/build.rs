@@ -1,0 +1,820 @@
+//! The pure builders against reviewed YAML fixtures, and the properties a user would notice.
+//!
+//! Each directory under tests/fixtures/build/ is a scenario: `input.yaml` (a Valkey and the facts
+//! the operator observed) and one expected file per object (absent when the object is not built).
+//! After a deliberate change, regenerate them with `UPDATE_FIXTURES=1 cargo test --test build`
+//! and review the diff before committing it.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use valkey_operator::api::Valkey;
+use valkey_operator::api::names::labels;
+use valkey_operator::build::{
+    self, BuildError, CONFIG_HASH_ANNOTATION, Desired, Facts, PRIMARY_KEY, VALKEY_CONF_KEY,
+};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/build");
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Input {
+    facts: InputFacts,
+    valkey: Valkey,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct InputFacts {
+    #[serde(default)]
+    primary: Option<String>,
+    password: String,
+    #[serde(default)]
+    new_password: bool,
+}
+
+struct Scenario {
+    name: String,
+    dir: PathBuf,
+    valkey: Valkey,
+    facts: Facts,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
+        .expect("reading tests/fixtures/build")
+        .map(|entry| entry.expect("listing tests/fixtures/build").path())
+        .filter(|path| path.join("input.yaml").is_file())
+        .collect();
+    dirs.sort();
+    assert!(!dirs.is_empty(), "no scenarios under {FIXTURES}");
+    dirs.into_iter().map(|dir| scenario(&dir)).collect()
+}
+
+fn scenario(dir: &Path) -> Scenario {
+    let path = dir.join("input.yaml");
+    let text = std::fs::read_to_string(&path).expect("reading input.yaml");
+    let input: Input =
+        yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    Scenario {
+        name: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        dir: dir.to_owned(),
+        valkey: input.valkey,
+        facts: Facts {
+            primary: input.facts.primary,
+            password: input.facts.password,
+            new_password: input.facts.new_password,
+        },
+    }
+}
+
+fn named(name: &str) -> Scenario {
+    scenario(&Path::new(FIXTURES).join(name))
+}
+
+fn to_value(object: impl Serialize) -> Value {
+    serde_json::to_value(object).expect("objects serialize")
+}
+
+fn updating() -> bool {
+    std::env::var("UPDATE_FIXTURES").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Compares one built object of every scenario with `<scenario>/<file>`, or rewrites the file.
+fn check_fixtures(
+    file: &str,
+    build: impl Fn(&Valkey, &Facts) -> Result<Option<Value>, BuildError>,
+) {
+    let mut failures = Vec::new();
+    for s in scenarios() {
+        let path = s.dir.join(file);
+        let actual = build(&s.valkey, &s.facts)
+            .unwrap_or_else(|e| panic!("{}: building {file} failed: {e}", s.name));
+        if updating() {
+            write_fixture(&path, actual.as_ref());
+            continue;
+        }
+        let expected = read_fixture(&path);
+        let difference = match (&expected, &actual) {
+            (None, None) => None,
+            (Some(_), None) => Some("expected the object, but none was built".to_owned()),
+            (None, Some(_)) => Some("built an object, but no expected file exists".to_owned()),
+            (Some(e), Some(a)) => first_difference("", e, a),
+        };
+        if let Some(d) = difference {
+            failures.push(format!("{}/{file}: {d}", s.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n(after a deliberate change: UPDATE_FIXTURES=1 cargo test --test build, then review the diff)",
+        failures.join("\n")
+    );
+}
+
+fn read_fixture(path: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display())))
+}
+
+fn write_fixture(path: &Path, object: Option<&Value>) {
+    match object {
+        Some(object) => {
+            let yaml = yaml_serde::to_string(object).expect("objects serialize to YAML");
+            std::fs::write(path, yaml).expect("writing a fixture");
+        }
+        None => {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The path and values of the first place two values differ, for a readable failure.
+fn first_difference(path: &str, expected: &Value, actual: &Value) -> Option<String> {
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            let keys: BTreeSet<&String> = e.keys().chain(a.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let here = format!("{path}.{k}");
+                match (e.get(k), a.get(k)) {
+                    (Some(e), Some(a)) => first_difference(&here, e, a),
+                    (Some(e), None) => Some(format!("{here}: missing (expected {e})")),
+                    (None, Some(a)) => Some(format!("{here}: unexpected {a}")),
+                    (None, None) => None,
+                }
+            })
+        }
+        (Value::Array(e), Value::Array(a)) if e.len() == a.len() => e
+            .iter()
+            .zip(a)
+            .enumerate()
+            .find_map(|(i, (e, a))| first_difference(&format!("{path}[{i}]"), e, a)),
+        _ if expected == actual => None,
+        _ => Some(format!("{path}: expected {expected}, got {actual}")),
+    }
+}
+
+fn some<T: Serialize>(object: T) -> Option<Value> {
+    Some(to_value(object))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures, one test per builder.
+
+#[test]
+fn generated_secret_fixtures() {
+    check_fixtures("generated-secret.yaml", |v, f| {
+        Ok(build::desired(v, f)?.generated_secret.map(to_value))
+    });
+}
+
+#[test]
+fn acl_secret_fixtures() {
+    check_fixtures("acl-secret.yaml", |v, f| {
+        Ok(some(build::acl_secret(v, &f.password)?))
+    });
+}
+
+/// The Secret's auth.conf in clear text beside the (base64) Secret, so a reviewer can read it.
+#[test]
+fn auth_conf_fixtures() {
+    check_fixtures("auth.conf.yaml", |v, f| {
+        Ok(Some(Value::String(auth_conf(&build::acl_secret(
+            v,
+            &f.password,
+        )?))))
+    });
+}
+
+#[test]
+fn config_map_fixtures() {
+    check_fixtures("configmap.yaml", |v, f| {
+        Ok(some(build::config_map(v, f.primary.as_deref())?))
+    });
+}
+
+#[test]
+fn statefulset_fixtures() {
+    check_fixtures("statefulset.yaml", |v, f| {
+        Ok(some(build::statefulset(v, &f.password)?))
+    });
+}
+
+#[test]
+fn read_write_service_fixtures() {
+    check_fixtures("service.yaml", |v, _| {
+        Ok(some(build::read_write_service(v)?))
+    });
+}
+
+#[test]
+fn read_only_service_fixtures() {
+    check_fixtures("service-replicas.yaml", |v, _| {
+        Ok(some(build::read_only_service(v)?))
+    });
+}
+
+#[test]
+fn headless_service_fixtures() {
+    check_fixtures("service-headless.yaml", |v, _| {
+        Ok(some(build::headless_service(v)?))
+    });
+}
+
+#[test]
+fn pod_disruption_budget_fixtures() {
+    check_fixtures("pdb.yaml", |v, _| {
+        Ok(build::pod_disruption_budget(v)?.map(to_value))
+    });
+}
+
+/// `desired` is exactly the builders, so the fixtures above cover it.
+#[test]
+fn desired_is_the_builders() {
+    for s in scenarios() {
+        let (v, f) = (&s.valkey, &s.facts);
+        let d = build::desired(v, f).unwrap();
+        let pairs = [
+            (
+                to_value(&d.acl_secret),
+                to_value(build::acl_secret(v, &f.password).unwrap()),
+            ),
+            (
+                to_value(&d.config_map),
+                to_value(build::config_map(v, f.primary.as_deref()).unwrap()),
+            ),
+            (
+                to_value(&d.statefulset),
+                to_value(build::statefulset(v, &f.password).unwrap()),
+            ),
+            (
+                to_value(&d.read_write_service),
+                to_value(build::read_write_service(v).unwrap()),
+            ),
+            (
+                to_value(&d.read_only_service),
+                to_value(build::read_only_service(v).unwrap()),
+            ),
+            (
+                to_value(&d.headless_service),
+                to_value(build::headless_service(v).unwrap()),
+            ),
+            (
+                to_value(&d.pod_disruption_budget),
+                to_value(build::pod_disruption_budget(v).unwrap()),
+            ),
+        ];
+        for (from_desired, from_builder) in pairs {
+            assert_eq!(from_desired, from_builder, "{}", s.name);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers over built objects.
+
+fn auth_conf(secret: &k8s_openapi::api::core::v1::Secret) -> String {
+    let data = secret.data.as_ref().expect("the ACL Secret has data");
+    let bytes = &data
+        .get("auth.conf")
+        .expect("the ACL Secret has auth.conf")
+        .0;
+    String::from_utf8(bytes.clone()).expect("auth.conf is UTF-8")
+}
+
+fn valkey_conf(d: &Desired) -> &str {
+    d.config_map
+        .data
+        .as_ref()
+        .and_then(|data| data.get(VALKEY_CONF_KEY))
+        .expect("the ConfigMap has valkey.conf")
+}
+
+fn config_hash(d: &Desired) -> String {
+    d.statefulset
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+        .cloned()
+        .expect("the pod template carries the config hash")
+}
+
+fn pod_spec(d: &Desired) -> &PodSpec {
+    d.statefulset.spec.template.spec.as_ref().expect("pod spec")
+}
+
+fn containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+}
+
+fn with_spec(s: &Scenario, change: impl FnOnce(&mut Valkey)) -> Valkey {
+    let mut valkey = s.valkey.clone();
+    change(&mut valkey);
+    valkey
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties.
+
+#[test]
+fn a_config_change_changes_the_hash() {
+    let s = named("standalone");
+    let before = config_hash(&build::desired(&s.valkey, &s.facts).unwrap());
+    let valkey = with_spec(&s, |v| {
+        v.spec
+            .config
+            .insert("maxmemory-policy".into(), "allkeys-lru".into());
+    });
+    let after = config_hash(&build::desired(&valkey, &s.facts).unwrap());
+    assert_ne!(before, after);
+    assert_eq!(after.len(), 64, "sha256 in hex: {after}");
+    let memory = with_spec(&s, |v| v.spec.resource.memory = "1Gi".into());
+    assert_ne!(
+        before,
+        config_hash(&build::desired(&memory, &s.facts).unwrap())
+    );
+}
+
+#[test]
+fn a_password_change_changes_the_hash() {
+    let s = named("standalone");
+    let before = config_hash(&build::desired(&s.valkey, &s.facts).unwrap());
+    let facts = Facts {
+        password: "another-password".into(),
+        ..s.facts.clone()
+    };
+    assert_ne!(
+        before,
+        config_hash(&build::desired(&s.valkey, &facts).unwrap())
+    );
+}
+
+#[test]
+fn a_primary_change_rolls_no_pod() {
+    let s = named("replicated");
+    let on = |primary: &str| {
+        let facts = Facts {
+            primary: Some(primary.into()),
+            ..s.facts.clone()
+        };
+        build::desired(&s.valkey, &facts).unwrap()
+    };
+    let (first, second) = (on("cache-0"), on("cache-2"));
+    assert_eq!(to_value(&first.statefulset), to_value(&second.statefulset));
+    let primary = |d: &Desired| d.config_map.data.as_ref().unwrap()[PRIMARY_KEY].clone();
+    assert_eq!(primary(&first), "cache-0");
+    assert_eq!(primary(&second), "cache-2");
+}
+
+#[test]
+fn the_primary_defaults_to_pod_zero() {
+    let s = named("standalone");
+    let d = build::desired(&s.valkey, &s.facts).unwrap();
+    assert_eq!(d.config_map.data.as_ref().unwrap()[PRIMARY_KEY], "cache-0");
+}
+
+/// The password may only be in the two Secrets: not in the ConfigMap, the StatefulSet (command,
+/// args, probes, env), the Services or the PDB.
+#[test]
+fn the_password_stays_in_its_secrets() {
+    let password = "Zebra-0451-unmistakable-secret";
+    for s in scenarios() {
+        let facts = Facts {
+            password: password.into(),
+            new_password: true,
+            ..s.facts.clone()
+        };
+        let d = build::desired(&s.valkey, &facts).unwrap();
+        let public = [
+            ("configmap", to_value(&d.config_map)),
+            ("statefulset", to_value(&d.statefulset)),
+            ("service", to_value(&d.read_write_service)),
+            ("service-replicas", to_value(&d.read_only_service)),
+            ("service-headless", to_value(&d.headless_service)),
+            ("pdb", to_value(&d.pod_disruption_budget)),
+        ];
+        for (what, object) in public {
+            assert!(
+                !object.to_string().contains(password),
+                "{}: the password is in the {what}",
+                s.name
+            );
+        }
+        for c in containers(pod_spec(&d)) {
+            let argv = c.command.iter().chain(c.args.iter()).flatten();
+            let probes = [&c.readiness_probe, &c.liveness_probe, &c.startup_probe];
+            let probe_argv = probes
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.exec.as_ref()?.command.as_ref())
+                .flatten();
+            for arg in argv.chain(probe_argv) {
+                assert!(
+                    !arg.contains(password),
+                    "{}: password in argv {arg:?}",
+                    s.name
+                );
+            }
+            for env in c.env.iter().flatten() {
+                assert!(
+                    env.value.is_none(),
+                    "{}: env {} has a literal value",
+                    s.name,
+                    env.name
+                );
+            }
+        }
+        assert!(auth_conf(&d.acl_secret).contains(password));
+    }
+}
+
+#[test]
+fn the_password_reaches_the_cli_through_the_environment() {
+    let secret_of = |name: &str| {
+        let s = named(name);
+        let d = build::desired(&s.valkey, &s.facts).unwrap();
+        let c = &pod_spec(&d).containers[0];
+        let env = c.env.clone().unwrap_or_default();
+        ["VALKEYCLI_AUTH", "REDISCLI_AUTH"].map(|var| {
+            let e = env.iter().find(|e| e.name == var).expect(var);
+            let r = e
+                .value_from
+                .as_ref()
+                .unwrap()
+                .secret_key_ref
+                .as_ref()
+                .unwrap();
+            (r.name.clone(), r.key.clone())
+        })
+    };
+    let generated = ("cache-auth".to_owned(), "password".to_owned());
+    assert_eq!(secret_of("standalone"), [generated.clone(), generated]);
+    let own = ("cache-credentials".to_owned(), "valkey-password".to_owned());
+    assert_eq!(secret_of("full"), [own.clone(), own]);
+}
+
+#[test]
+fn the_pdb_exists_only_with_replicas() {
+    let s = named("standalone");
+    for replicas in 0..=5 {
+        let valkey = with_spec(&s, |v| v.spec.replicas = replicas);
+        let pdb = build::pod_disruption_budget(&valkey).unwrap();
+        assert_eq!(pdb.is_some(), replicas > 1, "replicas {replicas}");
+        if let Some(pdb) = pdb {
+            let spec = pdb.spec.unwrap();
+            assert_eq!(to_value(spec.max_unavailable), json!(1));
+        }
+    }
+}
+
+#[test]
+fn the_password_secret_is_generated_only_when_needed() {
+    let s = named("standalone");
+    let generated = |valkey: &Valkey, new_password: bool| {
+        let facts = Facts {
+            new_password,
+            ..s.facts.clone()
+        };
+        build::desired(valkey, &facts).unwrap().generated_secret
+    };
+    let secret = generated(&s.valkey, true).expect("a new password gets its Secret");
+    assert_eq!(secret.metadata.name.as_deref(), Some("cache-auth"));
+    let data = secret.data.unwrap();
+    assert_eq!(data["password"].0, s.facts.password.as_bytes());
+    assert!(
+        generated(&s.valkey, false).is_none(),
+        "an existing Secret is left alone"
+    );
+    let own = named("full");
+    assert!(
+        generated(&own.valkey, true).is_none(),
+        "spec.passwordSecret is the user's"
+    );
+}
+
+#[test]
+fn generated_passwords_are_long_random_and_plain() {
+    let a = build::generate_password().unwrap();
+    let b = build::generate_password().unwrap();
+    assert_ne!(a, b);
+    assert_eq!(a.len(), 43, "32 bytes in unpadded base64: {a}");
+    assert!(
+        a.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
+        "{a}"
+    );
+    assert_eq!(
+        build::password_from_bytes(&[0xff; 32]),
+        "_".repeat(42) + "8"
+    );
+}
+
+/// `restricted` Pod Security Standard (which includes `baseline`), field by field.
+fn restricted_violations(pod: &PodSpec) -> Vec<String> {
+    let mut v = Vec::new();
+    let psc = pod.security_context.clone().unwrap_or_default();
+    for (host, set) in [
+        ("hostNetwork", pod.host_network),
+        ("hostPID", pod.host_pid),
+        ("hostIPC", pod.host_ipc),
+    ] {
+        if set == Some(true) {
+            v.push(format!("{host} is set"));
+        }
+    }
+    const ALLOWED_VOLUMES: [&str; 8] = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    for volume in pod.volumes.iter().flatten() {
+        let value = to_value(volume);
+        let kinds: Vec<_> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| *k != "name")
+            .collect();
+        if kinds.iter().any(|k| !ALLOWED_VOLUMES.contains(&k.as_str())) {
+            v.push(format!("volume {} is of type {kinds:?}", volume.name));
+        }
+    }
+    if psc.run_as_user == Some(0) {
+        v.push("pod runAsUser 0".into());
+    }
+    if psc.sysctls.is_some_and(|s| !s.is_empty()) {
+        v.push("pod sets sysctls".into());
+    }
+    let pod_seccomp = psc.seccomp_profile.as_ref().map(|p| p.type_.clone());
+    for c in containers(pod) {
+        let sc = c.security_context.clone().unwrap_or_default();
+        let name = &c.name;
+        if sc.privileged == Some(true) {
+            v.push(format!("{name}: privileged"));
+        }
+        if sc.allow_privilege_escalation != Some(false) {
+            v.push(format!("{name}: allowPrivilegeEscalation is not false"));
+        }
+        if sc.run_as_non_root.or(psc.run_as_non_root) != Some(true) {
+            v.push(format!("{name}: runAsNonRoot is not true"));
+        }
+        if sc.run_as_user == Some(0) {
+            v.push(format!("{name}: runAsUser 0"));
+        }
+        let seccomp = sc.seccomp_profile.map(|p| p.type_).or(pod_seccomp.clone());
+        if !matches!(seccomp.as_deref(), Some("RuntimeDefault" | "Localhost")) {
+            v.push(format!("{name}: seccompProfile is {seccomp:?}"));
+        }
+        let caps = sc.capabilities.unwrap_or_default();
+        if !caps.drop.unwrap_or_default().iter().any(|d| d == "ALL") {
+            v.push(format!("{name}: capabilities do not drop ALL"));
+        }
+        if caps
+            .add
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a != "NET_BIND_SERVICE")
+        {
+            v.push(format!("{name}: adds capabilities"));
+        }
+        if c.ports.iter().flatten().any(|p| p.host_port.is_some()) {
+            v.push(format!("{name}: hostPort"));
+        }
+        if sc.proc_mount.is_some_and(|p| p != "Default") {
+            v.push(format!("{name}: procMount"));
+        }
+    }
+    v
+}
+
+#[test]
+fn pods_pass_the_restricted_pod_security_standard() {
+    for s in scenarios() {
+        let d = build::desired(&s.valkey, &s.facts).unwrap();
+        let pod = pod_spec(&d);
+        assert_eq!(
+            restricted_violations(pod),
+            Vec::<String>::new(),
+            "{}",
+            s.name
+        );
+        // Beyond the standard: what the brief asks of every pod.
+        assert_eq!(
+            pod.automount_service_account_token,
+            Some(false),
+            "{}",
+            s.name
+        );
+        let c = &pod.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", s.name);
+        let psc = pod.security_context.as_ref().unwrap();
+        assert_eq!(
+            (psc.run_as_user, psc.run_as_group, psc.fs_group),
+            (Some(999), Some(999), Some(999))
+        );
+    }
+}
+
+#[test]
+fn the_role_label_is_left_to_the_operator() {
+    for s in scenarios() {
+        let d = build::desired(&s.valkey, &s.facts).unwrap();
+        let template_labels = d
+            .statefulset
+            .spec
+            .template
+            .metadata
+            .unwrap()
+            .labels
+            .unwrap();
+        assert!(!template_labels.contains_key(labels::ROLE), "{}", s.name);
+        assert_eq!(template_labels[labels::COMPONENT], "server");
+        let selector = |svc: &k8s_openapi::api::core::v1::Service| {
+            svc.spec.as_ref().unwrap().selector.clone().unwrap()
+        };
+        assert_eq!(selector(&d.read_write_service)[labels::ROLE], "primary");
+        assert_eq!(selector(&d.read_only_service)[labels::ROLE], "replica");
+        assert!(!selector(&d.headless_service).contains_key(labels::ROLE));
+    }
+}
+
+#[test]
+fn every_object_is_owned_and_labelled() {
+    for s in scenarios() {
+        let facts = Facts {
+            new_password: true,
+            ..s.facts.clone()
+        };
+        let d = build::desired(&s.valkey, &facts).unwrap();
+        let metas = [
+            d.generated_secret.map(|o| o.metadata),
+            Some(d.acl_secret.metadata),
+            Some(d.config_map.metadata),
+            Some(d.statefulset.metadata),
+            Some(d.read_write_service.metadata),
+            Some(d.read_only_service.metadata),
+            Some(d.headless_service.metadata),
+            d.pod_disruption_budget.map(|o| o.metadata),
+        ];
+        for meta in metas.into_iter().flatten() {
+            let what = format!("{}: {:?}", s.name, meta.name);
+            assert_eq!(meta.namespace.as_deref(), Some("ns"), "{what}");
+            let l = meta.labels.unwrap();
+            assert_eq!(l[labels::NAME], "valkey", "{what}");
+            assert_eq!(l[labels::INSTANCE], "cache", "{what}");
+            assert_eq!(l[labels::MANAGED_BY], "valkey-operator", "{what}");
+            let owners = meta.owner_references.unwrap();
+            assert_eq!(owners.len(), 1, "{what}");
+            let o = &owners[0];
+            assert_eq!(
+                (o.kind.as_str(), o.name.as_str()),
+                ("Valkey", "cache"),
+                "{what}"
+            );
+            assert_eq!(o.uid, s.valkey.metadata.uid.clone().unwrap(), "{what}");
+            assert_eq!(
+                (o.controller, o.block_owner_deletion),
+                (Some(true), Some(true))
+            );
+        }
+    }
+}
+
+#[test]
+fn maxmemory_is_three_quarters_of_the_memory_limit_unless_set() {
+    let s = named("standalone");
+    let d = build::desired(&s.valkey, &s.facts).unwrap();
+    // 256Mi * 75%
+    assert!(
+        valkey_conf(&d).contains("\nmaxmemory 201326592\n"),
+        "{}",
+        valkey_conf(&d)
+    );
+    let full = named("full");
+    let d = build::desired(&full.valkey, &full.facts).unwrap();
+    let lines: Vec<_> = valkey_conf(&d)
+        .lines()
+        .filter(|l| l.starts_with("maxmemory "))
+        .collect();
+    assert_eq!(lines, ["maxmemory 700mb"]);
+}
+
+#[test]
+fn spec_config_overrides_the_operator_defaults_once() {
+    let s = named("no-volume");
+    let d = build::desired(&s.valkey, &s.facts).unwrap();
+    let saves: Vec<_> = valkey_conf(&d)
+        .lines()
+        .filter(|l| l.starts_with("save "))
+        .collect();
+    assert_eq!(saves, ["save 900 1"]);
+    let empty = with_spec(&s, |v| {
+        v.spec
+            .config
+            .insert("notify-keyspace-events".into(), String::new());
+    });
+    let d = build::desired(&empty, &s.facts).unwrap();
+    assert!(valkey_conf(&d).contains("\nnotify-keyspace-events \"\"\n"));
+}
+
+#[test]
+fn persistence_follows_the_volume() {
+    let s = named("standalone");
+    let with = valkey_conf(&build::desired(&s.valkey, &s.facts).unwrap()).to_owned();
+    assert!(with.contains("\nappendonly yes\n"), "{with}");
+    assert!(with.contains("\nappendfsync everysec\n"), "{with}");
+    assert!(!with.contains("\nsave "), "{with}");
+    let s = named("no-volume");
+    let plain = with_spec(&s, |v| v.spec.config.clear());
+    let conf = build::config_map(&plain, None).unwrap().data.unwrap()[VALKEY_CONF_KEY].clone();
+    assert!(conf.contains("\nappendonly no\n"), "{conf}");
+    assert!(conf.contains("\nsave \"\"\n"), "{conf}");
+}
+
+#[test]
+fn objects_need_an_owner() {
+    let s = named("standalone");
+    for (field, valkey) in [
+        ("uid", with_spec(&s, |v| v.metadata.uid = None)),
+        ("namespace", with_spec(&s, |v| v.metadata.namespace = None)),
+        ("name", with_spec(&s, |v| v.metadata.name = None)),
+    ] {
+        match build::desired(&valkey, &s.facts) {
+            Err(BuildError::MissingMetadata { field: f, .. }) => assert_eq!(f, field),
+            Err(e) => panic!("missing {field}: unexpected error {e}"),
+            Ok(_) => panic!("missing {field}: built anyway"),
+        }
+    }
+}
+
+#[test]
+fn bad_facts_and_bypassed_validation_are_errors() {
+    let s = named("standalone");
+    let empty = Facts {
+        password: String::new(),
+        ..s.facts.clone()
+    };
+    assert!(matches!(
+        build::desired(&s.valkey, &empty),
+        Err(BuildError::EmptyPassword(_))
+    ));
+    for primary in ["other-0", "cache-", "cache-x", "cache-0; rm -rf /", "cache"] {
+        let facts = Facts {
+            primary: Some(primary.into()),
+            ..s.facts.clone()
+        };
+        assert!(
+            matches!(
+                build::desired(&s.valkey, &facts),
+                Err(BuildError::InvalidPrimary { .. })
+            ),
+            "{primary}"
+        );
+    }
+    for (key, value) in [
+        ("requirepass", "x"),
+        ("maxmemory-policy", "allkeys-lru\nrequirepass x"),
+        ("Bad Key", "x"),
+        ("save", "\"\""),
+    ] {
+        let valkey = with_spec(&s, |v| {
+            v.spec.config.insert(key.into(), value.into());
+        });
+        assert!(
+            matches!(
+                build::desired(&valkey, &s.facts),
+                Err(BuildError::InvalidConfig { .. })
+            ),
+            "{key}: {value:?}"
+        );
+    }
+    let memory = with_spec(&s, |v| v.spec.resource.memory = "lots".into());
+    assert!(matches!(
+        build::desired(&memory, &s.facts),
+        Err(BuildError::InvalidMemory(_))
+    ));
+}
+
+#[test]
+fn facts_never_print_the_password() {
+    let s = named("standalone");
+    let printed = format!("{:?}", s.facts);
+    assert!(!printed.contains(&s.facts.password), "{printed}");
+}
