@@ -35,6 +35,15 @@ pub enum Error {
         key: String,
     },
 
+    #[error(
+        "cannot grow volume {claim} to {size} (spec.volume.storage): {source}; use a StorageClass with allowVolumeExpansion: true"
+    )]
+    VolumeResize {
+        claim: String,
+        size: String,
+        source: kube::Error,
+    },
+
     #[error("{0}")]
     Build(#[from] BuildError),
 
@@ -50,6 +59,7 @@ impl Error {
             Error::PasswordSecretMissing { .. } => "PasswordSecretMissing",
             Error::PasswordKeyMissing { .. } => "PasswordKeyMissing",
             Error::PasswordNotText { .. } => "PasswordNotText",
+            Error::VolumeResize { .. } => "VolumeResizeFailed",
             Error::Build(_) => "InvalidSpec",
             Error::Kube(_) => "KubernetesApiError",
         }

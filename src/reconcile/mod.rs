@@ -5,9 +5,10 @@
 mod error;
 mod events;
 mod password;
+mod volumes;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -107,14 +108,19 @@ async fn converge(
         ));
     }
     let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), namespace);
-    let sts = apply::apply(&statefulsets, &desired.statefulset).await?;
-    let replicas = |s: &StatefulSet| s.spec.replicas;
-    if let Some(from) = sts.previous.as_ref().and_then(replicas)
-        && Some(from) != replicas(&sts.object)
-    {
-        changes.push(Change::scaled(&sts.object, from, valkey.spec.replicas));
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
+    let resize = volumes::grow(&statefulsets, &claims, valkey, &desired.statefulset).await?;
+    changes.extend(resize.changes);
+    if !resize.statefulset_replaced {
+        let sts = apply::apply(&statefulsets, &desired.statefulset).await?;
+        let replicas = |s: &StatefulSet| s.spec.replicas;
+        if let Some(from) = sts.previous.as_ref().and_then(replicas)
+            && Some(from) != replicas(&sts.object)
+        {
+            changes.push(Change::scaled(&sts.object, from, valkey.spec.replicas));
+        }
+        changes.push(Change::applied("StatefulSet", sts));
     }
-    changes.push(Change::applied("StatefulSet", sts));
 
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
     let pdb_name = ObjectNames::new(&valkey.name_any()).pod_disruption_budget();
