@@ -2,9 +2,8 @@
 SHELL := /bin/bash
 CLUSTER := hack/cluster
 CARGO ?= cargo
-KUBECTL = $(shell $(CLUSTER) env >/dev/null 2>&1 && eval "$$($(CLUSTER) env)" && command -v kubectl || echo kubectl)
 
-.PHONY: all build test lint fmt manifests install uninstall deploy undeploy cluster-up cluster-down demo image dist
+.PHONY: all build test lint fmt manifests install uninstall deploy undeploy cluster-up cluster-down demo demo-down image dist
 
 all: build
 
@@ -27,6 +26,13 @@ fmt:
 ## manifests: regenerate manifests/crd.yaml from the Rust types.
 manifests:
 	$(CARGO) run -q -p valkey-operator -- crd > manifests/crd.yaml
+
+## demo: the product on the local control plane (see hack/demo); demo-down stops it all.
+demo:
+	hack/demo
+
+demo-down:
+	hack/demo down
 
 cluster-up:
 	$(CLUSTER) up
