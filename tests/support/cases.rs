@@ -3,6 +3,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::cluster::repo_root;
+
 #[derive(Debug, Deserialize)]
 pub struct Case {
     pub case: String,
@@ -43,17 +45,14 @@ pub fn valkey_object(name: &str, spec: Value) -> Value {
 }
 
 pub fn load() -> Vec<Case> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/validation-cases.yaml"
-    );
+    let path = repo_root().join("tests/fixtures/validation-cases.yaml");
     let text = std::fs::read_to_string(path).expect("reading validation-cases.yaml");
     yaml_serde::from_str(&text).expect("parsing validation-cases.yaml")
 }
 
 /// The documented examples, as (file name, object).
 pub fn examples() -> Vec<(String, Value)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples");
+    let dir = repo_root().join("docs/examples");
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .expect("reading docs/examples")
         .map(|e| e.expect("listing docs/examples").path())

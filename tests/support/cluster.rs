@@ -6,13 +6,27 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, Config};
 
+/// The workspace root (where `hack/`, `manifests/` and `docs/` live), whether these helpers are
+/// compiled into a test of the root package or of a member such as `operator/`.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .ancestors()
+        .find(|dir| {
+            std::fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|toml| toml.lines().any(|l| l.trim() == "[workspace]"))
+        })
+        .map(PathBuf::from)
+        .unwrap_or(manifest_dir)
 }
 
 fn cache_dir() -> PathBuf {
@@ -54,6 +68,48 @@ pub fn ensure_up() -> PathBuf {
         kubeconfig_path()
     })
     .clone()
+}
+
+/// The cluster's own kubectl, with the admin kubeconfig.
+pub fn kubectl() -> Command {
+    let mut kubectl = Command::new("kubectl");
+    kubectl
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                tools_path(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("KUBECONFIG", kubeconfig_path());
+    kubectl
+}
+
+/// `kubectl apply -k manifests/` (the CRD, the operator's namespace, ServiceAccount and RBAC, its
+/// Deployment), then waits for the CRD to be served. Safe to run from many tests at once.
+pub async fn install_manifests() {
+    ensure_up();
+    let out = kubectl()
+        .args(["apply", "--server-side", "--force-conflicts", "-k"])
+        .arg(repo_root().join("manifests"))
+        .output()
+        .expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl apply -k manifests/ failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(admin_client().await);
+    let established = await_condition(
+        crds,
+        "valkeys.database.kuberly.io",
+        conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(30), established)
+        .await
+        .expect("the CRD is established within 30s")
+        .expect("watching the CRD");
 }
 
 /// A client with the cluster's admin credentials.
