@@ -1,0 +1,64 @@
+//! `status [NAME]`: one instance in detail, or the instances of the namespace.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::ListParams;
+use valkey_operator::api::names;
+
+use super::list;
+use crate::cli::{GlobalArgs, StatusArgs, ViewFormat};
+use crate::output;
+use crate::render;
+use crate::session::Session;
+use crate::view;
+
+pub async fn run(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    let session = Session::connect(global).await?;
+    let Some(name) = args.name else {
+        let rows = list::instances(&session, args.all_namespaces).await?;
+        return list::show(
+            &rows,
+            args.all_namespaces,
+            args.output,
+            global.color,
+            &session.namespace,
+        );
+    };
+    let valkey = session.get_valkey(&name).await?;
+    let (pods, events) = futures::join!(pods(&session, &name), events(&session));
+    let report = view::instance_report(&valkey, &pods, &events);
+    match args.output {
+        ViewFormat::Json => output::print(&output::to_json(&report)?),
+        ViewFormat::Yaml => output::print(output::to_yaml(&report)?.trim_end()),
+        ViewFormat::Table => {
+            let style = output::style(global.color);
+            output::print(render::report(&report, Timestamp::now(), style).trim_end())
+        }
+    }
+}
+
+/// The instance's pods. The report is still useful without them, so a failure is a warning.
+async fn pods(session: &Session, name: &str) -> Vec<Pod> {
+    let params = ListParams::default().labels(&names::instance_selector(name));
+    let result = session.api::<Pod>().list(&params).await;
+    match session.check(result, session.call::<Pod>("list")).await {
+        Ok(list) => list.items,
+        Err(err) => {
+            eprintln!("warning: pods not shown: {err:#}");
+            Vec::new()
+        }
+    }
+}
+
+/// Events of the namespace; the report keeps those about the instance.
+async fn events(session: &Session) -> Vec<Event> {
+    let result = session.api::<Event>().list(&ListParams::default()).await;
+    match session.check(result, session.call::<Event>("list")).await {
+        Ok(list) => list.items,
+        Err(err) => {
+            eprintln!("warning: events not shown: {err:#}");
+            Vec::new()
+        }
+    }
+}
