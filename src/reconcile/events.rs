@@ -1,6 +1,7 @@
 //! The story of each Valkey in Kubernetes events: what was created, updated, scaled, deleted,
 //! and every failure. Messages name objects, never their contents.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tracing::warn;
@@ -57,7 +58,15 @@ fn reason(outcome: Outcome) -> &'static str {
 /// Publishes one event per kind of change (so a new instance gets one "Created" event listing
 /// its objects, not seven), plus a Warning for a failure.
 pub async fn publish(ctx: &Context, valkey: &Valkey, changes: &[Change], error: Option<&Error>) {
-    let reference = valkey.object_ref(&());
+    // kube's Recorder folds events with the same reason about the same object into one series
+    // that keeps the FIRST note ("scaled from 3 to 1 pods" would still be all a user sees after
+    // scaling to 0 and back). Naming the version of the Valkey the reconcile acted on keeps what
+    // was done for different specs apart, while a failure repeating against one version still
+    // counts up a single event.
+    let reference = ObjectReference {
+        resource_version: valkey.resource_version(),
+        ..valkey.object_ref(&())
+    };
     let mut events = Vec::new();
     for outcome in [Outcome::Created, Outcome::Updated, Outcome::Deleted] {
         let objects: Vec<String> = changes

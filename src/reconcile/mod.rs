@@ -149,6 +149,10 @@ async fn label_roles(
 ) -> Result<Vec<Change>, Error> {
     let mut changes = Vec::new();
     for pod in instance_pods(pods, valkey).await? {
+        // A terminating pod serves nobody whatever its label says.
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
         let name = pod.name_any();
         let role = if Some(name.as_str()) == primary {
             roles::PRIMARY
@@ -158,21 +162,43 @@ async fn label_roles(
         if pod.labels().get(labels::ROLE).map(String::as_str) == Some(role) {
             continue;
         }
+        // A merge patch, not an apply: an apply of a pod deleted meanwhile would try to create
+        // it. The uid is a precondition, so a pod gone or replaced by a namesake is left alone;
+        // the new pod's own event brings it back here.
         let patch = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": {labels::ROLE: role}},
+            "metadata": {"uid": pod.metadata.uid, "labels": {labels::ROLE: role}},
         });
-        pods.patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        match pods.patch(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            Err(e) if pod_gone_or_replaced(&e) => {
+                debug!(pod = %name, "pod gone before its role label was set");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
         debug!(pod = %name, role, "labelled pod");
         changes.push(Change::named("Pod", &name, Outcome::Updated));
     }
     Ok(changes)
+}
+
+/// A patch with a uid precondition failed because the pod is gone (404) or is another pod of
+/// the same name now (422: metadata.uid is immutable).
+fn pod_gone_or_replaced(error: &kube::Error) -> bool {
+    let kube::Error::Api(status) = error else {
+        return false;
+    };
+    let uid_refused = || {
+        status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+    };
+    status.code == 404 || (status.code == 422 && uid_refused())
 }
 
 async fn instance_pods(pods: &Api<Pod>, valkey: &Valkey) -> Result<Vec<Pod>, kube::Error> {
