@@ -926,3 +926,93 @@ async fn versions(env: &Env, name: &str) -> BTreeMap<String, String> {
     }
     versions
 }
+
+#[tokio::test]
+async fn growing_the_volume_resizes_every_claim_and_keeps_the_pods() {
+    let mut env = Env::new("e2e-grow").await;
+    let _operator = env.start_leader().await;
+    let name = "grow";
+    create(
+        &env,
+        name,
+        json!({"replicas": 2, "volume": {"storage": "1Gi"}}),
+    )
+    .await;
+    wait_running(&env, name, 2).await;
+    let pod_uids = uids(&pods(&env, name).await);
+    let pvcs = env.api::<PersistentVolumeClaim>();
+    let claims_before = claim_uids(&pvcs, name).await;
+
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"volume": {"storage": "3Gi"}})),
+        )
+        .await
+        .expect("growing spec.volume.storage is allowed");
+
+    let requested = |c: &PersistentVolumeClaim| {
+        c.spec
+            .as_ref()?
+            .resources
+            .as_ref()?
+            .requests
+            .as_ref()?
+            .get("storage")
+            .map(|q| q.0.clone())
+    };
+    eventually("every claim asks for 3Gi", TIMEOUT, || async {
+        let claims = pvcs
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(&valkey_operator::api::names::instance_selector(name)),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let sizes: Vec<_> = claims.items.iter().map(requested).collect();
+        (sizes.len() == 2 && sizes.iter().all(|s| s.as_deref() == Some("3Gi")))
+            .then_some(())
+            .ok_or(format!("claim sizes {sizes:?}"))
+    })
+    .await;
+    eventually(
+        "the StatefulSet's claim template says 3Gi",
+        TIMEOUT,
+        || async {
+            let sts = env
+                .api::<StatefulSet>()
+                .get(name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let template = sts.spec.volume_claim_templates.unwrap_or_default();
+            let size = template.first().and_then(|t| {
+                t.spec
+                    .as_ref()?
+                    .resources
+                    .as_ref()?
+                    .requests
+                    .as_ref()?
+                    .get("storage")
+                    .cloned()
+            });
+            (size.map(|q| q.0).as_deref() == Some("3Gi"))
+                .then_some(())
+                .ok_or("old template".to_owned())
+        },
+    )
+    .await;
+    wait_running(&env, name, 2).await;
+    assert_eq!(
+        uids(&pods(&env, name).await),
+        pod_uids,
+        "the pods kept running through the resize"
+    );
+    assert_eq!(
+        claim_uids(&pvcs, name).await,
+        claims_before,
+        "the same volumes, grown"
+    );
+    let valkey = get(&env, name).await;
+    assert_no_warnings(&env, &valkey).await;
+}
