@@ -53,3 +53,15 @@ deploy:
 
 undeploy:
 	kubectl delete --ignore-not-found -k manifests/
+
+## image: the operator's FROM-scratch OCI image, built without a container engine (hack/image.sh):
+## dist/valkey-operator-vX.Y.Z.oci.tar (and the layout in dist/image/), tagged with the reference
+## manifests/deployment.yaml uses. IMAGE_PLATFORMS=linux/amd64,linux/arm64 for a multi-platform index.
+image:
+	CARGO=$(CARGO) hack/image.sh $(if $(IMAGE_PLATFORMS),--platform $(IMAGE_PLATFORMS))
+
+## dist: kubectl-valkey release archives (binary + LICENSE) for every platform this machine can
+## build, dist/SHA256SUMS and krew/valkey.yaml (hack/dist.sh; `hack/dist.sh --setup` installs the
+## cross toolchains). DIST_PLATFORMS=linux/amd64,... for a subset.
+dist:
+	CARGO=$(CARGO) hack/dist.sh $(if $(DIST_PLATFORMS),--platforms $(DIST_PLATFORMS))

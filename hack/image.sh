@@ -70,7 +70,8 @@ check_manifest_ref() {
 # Builds one platform's layer, config and manifest into LAYOUT; prints "digest size" of the manifest.
 build_platform() {
   local platform=$1 binary=$2 layout=$3 work=$4
-  local os=${platform%/*} arch=${platform#*/} rootfs=$work/rootfs-$arch
+  local os=${platform%/*} arch=${platform#*/}
+  local rootfs=$work/rootfs-$arch
   rm -rf "$rootfs"
   mkdir -p "$rootfs"
   install -m 0755 "$binary" "$rootfs/valkey-operator"
@@ -134,9 +135,10 @@ cmd_build() {
 
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
-  local work layout=$out/image archive=$out/valkey-operator-$TAG.oci.tar
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
+  local layout=$out/image archive=$out/valkey-operator-$TAG.oci.tar
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+  local work=$WORK
   rm -rf "$layout"
   mkdir -p "$layout/blobs/sha256"
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # (variables used by the scripts that source this file)
 # hack/release-common.sh — sourced by hack/image.sh and hack/dist.sh (not run on its own).
 #
 # One place for what both release artifacts agree on: the version (the workspace's), the image
@@ -40,12 +41,11 @@ VERSION=$(workspace_version)
 TAG=v$VERSION
 IMAGE_REF=$IMAGE_REPOSITORY:$TAG
 
-# Reproducible time stamps: SOURCE_DATE_EPOCH, else the HEAD commit's time, else 0.
-if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
-  SOURCE_DATE_EPOCH=$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null || echo 0)
-fi
-export SOURCE_DATE_EPOCH
-CREATED=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+# Reproducible time stamps of archives and the image: SOURCE_DATE_EPOCH, else the HEAD commit's
+# time, else 0. Not exported: build scripts that use cc (ring, psm) rerun, and everything above
+# them rebuilds, whenever SOURCE_DATE_EPOCH changes, which would be at every commit.
+EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null || echo 0)}
+CREATED=$(date -u -d "@$EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 REVISION=$(git -C "$REPO_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
 
 # krew's usual platforms, in the order they are listed in krew/valkey.yaml.
@@ -67,13 +67,15 @@ rust_target() {
 # How a platform is linked here:
 #   native  the host's cc (x86_64 Linux)
 #   gcc     a Debian cross gcc (aarch64-linux-gnu-gcc, x86_64-w64-mingw32-gcc)
-#   zig     cargo-zigbuild with zig as the C compiler and linker (macOS, Windows on arm64)
+#   zig     cargo-zigbuild with zig as the C compiler and linker (Windows on arm64; macOS from
+#           Linux, which also needs a macOS SDK: see why_not_buildable)
 linker_kind() {
   case $1 in
-    linux/amd64) [[ $(uname -m) == x86_64 ]] && echo native || echo gcc ;;
-    linux/arm64) [[ $(uname -m) == aarch64 ]] && echo native || echo gcc ;;
+    linux/amd64) [[ $(uname -s)/$(uname -m) == Linux/x86_64 ]] && echo native || echo gcc ;;
+    linux/arm64) [[ $(uname -s)/$(uname -m) == Linux/aarch64 ]] && echo native || echo gcc ;;
     windows/amd64) echo gcc ;;
-    darwin/* | windows/arm64) echo zig ;;
+    darwin/*) [[ $(uname -s) == Darwin ]] && echo native || echo zig ;;
+    windows/arm64) echo zig ;;
   esac
 }
 
@@ -117,7 +119,13 @@ why_not_buildable() {
         echo "no $(cross_gcc "$platform") (apt-get install $(cross_gcc_packages "$platform"))"
       ;;
     zig)
-      zigbuild_available || echo "no cargo-zigbuild/zig in $ZIG_VENV (hack/dist.sh --setup)"
+      if ! zigbuild_available; then
+        echo "no cargo-zigbuild/zig in $ZIG_VENV (hack/dist.sh --setup)"
+      elif [[ $platform == darwin/* && ! -d ${SDKROOT:-/nonexistent} ]]; then
+        # zig brings libSystem but no frameworks; rustls-platform-verifier (kube's TLS) links
+        # Security and CoreFoundation. No registry this project may use ships the macOS SDK.
+        echo "needs a macOS SDK for the Security and CoreFoundation frameworks (SDKROOT=.../MacOSX.sdk), or a macOS host"
+      fi
       ;;
   esac
 }
@@ -143,9 +151,9 @@ setup_platform() {
     zig)
       if ! zigbuild_available; then
         rel_log "installing cargo-zigbuild and zig (PyPI) into $ZIG_VENV"
-        python3 -m venv "$ZIG_VENV" &&
-          "$ZIG_VENV/bin/pip" install --quiet cargo-zigbuild </dev/null ||
+        if ! { python3 -m venv "$ZIG_VENV" && "$ZIG_VENV/bin/pip" install --quiet cargo-zigbuild </dev/null; }; then
           rel_log "could not install cargo-zigbuild"
+        fi
       fi
       ;;
   esac
@@ -154,11 +162,18 @@ setup_platform() {
 # RUSTFLAGS for one target: static C runtime where the platform has one (a static-pie binary on
 # Linux, no libgcc/winpthread DLLs on Windows), symbols stripped, and the checkout and cargo home
 # paths remapped (panic locations then read /src/... and /cargo/...).
+#
+# On Linux, getrandom (0.3, 0.4: the operator's password generator, ahash in kube-runtime, rand in
+# the websocket client) is told to call getrandom(2) directly. By default it looks the libc
+# function up with dlsym(), which finds nothing in a static binary, and then falls back to reading
+# /dev/urandom: the binary would need a /dev it does not otherwise need (tests/packaging.rs runs
+# it in a root that has none).
 target_rustflags() {
   local target=$1 cargo_home=${CARGO_HOME:-$HOME/.cargo}
   local flags="-C strip=symbols --remap-path-prefix=$REPO_ROOT=/src --remap-path-prefix=$cargo_home=/cargo"
   case $target in
-    *-linux-gnu | *-windows-gnu) flags+=" -C target-feature=+crt-static" ;;
+    *-linux-gnu) flags+=' -C target-feature=+crt-static --cfg getrandom_backend="linux_getrandom"' ;;
+    *-windows-gnu) flags+=" -C target-feature=+crt-static" ;;
   esac
   echo "$flags"
 }
@@ -201,6 +216,6 @@ repro_tar() {
   local dir=$1
   shift
   tar --create --directory "$dir" --sort=name --owner=0 --group=0 --numeric-owner \
-    --mtime="@$SOURCE_DATE_EPOCH" --format=posix \
+    --mtime="@$EPOCH" --format=posix \
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime "$@"
 }
