@@ -3,9 +3,12 @@
 use std::time::Duration;
 
 use anyhow::anyhow;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
 use valkey_operator::api::Valkey;
+use valkey_operator::api::names;
 
 use crate::cli::GlobalArgs;
 use crate::diagnose::{self, Call, Diagnosis, Target};
@@ -127,6 +130,13 @@ impl Session {
         let result = self.valkeys().get(name).await;
         self.check(result, self.call::<Valkey>("get").name(name))
             .await
+    }
+
+    /// The pods of the instance `name` (selected by its labels), in any order.
+    pub async fn instance_pods(&self, name: &str) -> anyhow::Result<Vec<Pod>> {
+        let params = ListParams::default().labels(&names::instance_selector(name));
+        let result = self.api::<Pod>().list(&params).await;
+        Ok(self.check(result, self.call::<Pod>("list")).await?.items)
     }
 
     /// Whether the API server serves the Valkey resource (i.e. the CRD is installed). Errors

@@ -177,21 +177,29 @@ impl Drop for TestNamespace {
             return;
         }
         let name = self.name.clone();
-        // Drop cannot await; a short-lived runtime on its own thread deletes the namespace.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                let client = admin_client().await;
-                let _ = Api::<Namespace>::all(client)
-                    .delete(&name, &DeleteParams::background())
-                    .await;
-            });
-        })
-        .join();
+        clean_up_with_admin(move |client| async move {
+            let _ = Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
+        });
     }
+}
+
+/// Runs an async clean-up with an admin client from a `Drop` (which cannot await): on a
+/// short-lived runtime of its own thread, waiting for it to finish.
+pub fn clean_up_with_admin<F, Fut>(task: F)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async { task(admin_client().await).await });
+    })
+    .join();
 }

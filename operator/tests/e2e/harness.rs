@@ -128,21 +128,11 @@ impl Drop for Env {
     fn drop(&mut self) {
         // A killed operator leaves its Lease behind; the namespace goes with TestNamespace.
         let lease = self.lease.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                let client = cluster::admin_client().await;
-                let _ = Api::<Lease>::namespaced(client, OPERATOR_NAMESPACE)
-                    .delete(&lease, &DeleteParams::default())
-                    .await;
-            });
-        })
-        .join();
+        cluster::clean_up_with_admin(move |client| async move {
+            let _ = Api::<Lease>::namespaced(client, OPERATOR_NAMESPACE)
+                .delete(&lease, &DeleteParams::default())
+                .await;
+        });
     }
 }
 

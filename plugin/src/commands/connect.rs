@@ -9,7 +9,7 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::Api;
-use kube::api::{AttachParams, AttachedProcess, ListParams};
+use kube::api::{AttachParams, AttachedProcess};
 use tokio::io::AsyncWriteExt;
 use valkey_operator::api::Valkey;
 use valkey_operator::api::names::{self, roles};
@@ -60,12 +60,7 @@ impl Mode {
 pub async fn run(args: CliArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let session = Session::connect(global).await?;
     let valkey = session.get_valkey(&args.name).await?;
-    let params = ListParams::default().labels(&names::instance_selector(&args.name));
-    let listed = session.api::<Pod>().list(&params).await;
-    let pods = session
-        .check(listed, session.call::<Pod>("list"))
-        .await?
-        .items;
+    let pods = session.instance_pods(&args.name).await?;
     let pod = choose_pod(&valkey, &pods, args.replica, args.pod.as_deref())?;
     let pod = pod.metadata.name.clone().unwrap_or_default();
 

@@ -10,7 +10,7 @@ use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, LogParams};
+use kube::api::LogParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 use valkey_operator::api::names;
@@ -26,12 +26,7 @@ use crate::session::Session;
 pub async fn run(args: LogsArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let session = Session::connect(global).await?;
     session.get_valkey(&args.name).await?;
-    let params = ListParams::default().labels(&names::instance_selector(&args.name));
-    let listed = session.api::<Pod>().list(&params).await;
-    let pods = session
-        .check(listed, session.call::<Pod>("list"))
-        .await?
-        .items;
+    let pods = session.instance_pods(&args.name).await?;
     let printer = Printer {
         instance: args.name.clone(),
         color: output::style(global.color).color,

@@ -4,7 +4,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
-use valkey_operator::api::names;
 
 use super::list;
 use crate::cli::{GlobalArgs, StatusArgs, ViewFormat};
@@ -40,10 +39,8 @@ pub async fn run(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<()> {
 
 /// The instance's pods. The report is still useful without them, so a failure is a warning.
 async fn pods(session: &Session, name: &str) -> Vec<Pod> {
-    let params = ListParams::default().labels(&names::instance_selector(name));
-    let result = session.api::<Pod>().list(&params).await;
-    match session.check(result, session.call::<Pod>("list")).await {
-        Ok(list) => list.items,
+    match session.instance_pods(name).await {
+        Ok(pods) => pods,
         Err(err) => {
             eprintln!("warning: pods not shown: {err:#}");
             Vec::new()
