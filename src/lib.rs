@@ -1,5 +1,5 @@
 pub mod api;
 pub mod apply;
-pub mod build;
+pub mod desired;
 pub mod reconcile;
 pub mod status;

@@ -5,8 +5,8 @@ mod support;
 
 use serde_json::json;
 use support::cases::{self, valkey_object};
-use valkey_operator::api::validation::{Violation, violations};
-use valkey_operator::api::{ReclaimPolicy, Valkey, crd_yaml, defaults};
+use valkey_core::api::validation::{Violation, violations};
+use valkey_core::api::{ReclaimPolicy, Valkey, crd_yaml, defaults};
 
 fn fields(v: &[Violation]) -> Vec<String> {
     v.iter().map(ToString::to_string).collect()

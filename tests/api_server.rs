@@ -9,7 +9,7 @@ use kube::{Api, Resource};
 use serde_json::json;
 use support::cases::{self, valkey_object};
 use support::cluster::{self, TestNamespace, install_manifests};
-use valkey_operator::api::Valkey;
+use valkey_core::api::Valkey;
 
 const MANAGER: &str = "api-server-test";
 
@@ -110,7 +110,7 @@ async fn examples_apply_and_defaults_are_filled_in_by_the_server() {
         .expect("the minimal example exists");
     assert_eq!(minimal.spec.replicas, 1);
     assert_eq!(minimal.spec.volume.storage, "1Gi");
-    assert_eq!(minimal.spec.image, valkey_operator::api::defaults::IMAGE);
+    assert_eq!(minimal.spec.image, valkey_core::api::defaults::IMAGE);
 }
 
 #[tokio::test]

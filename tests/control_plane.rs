@@ -118,7 +118,7 @@ async fn a_statefulset_gets_running_ready_pods_spread_over_fake_nodes() {
 }
 
 fn is_ready(pod: &Pod) -> bool {
-    valkey_operator::status::is_ready(pod)
+    valkey_core::status::is_ready(pod)
 }
 
 async fn plain_pod(ns: &TestNamespace, name: &str) -> Pod {

@@ -40,7 +40,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use support::cluster::{self, TestNamespace};
-use valkey_operator::api::Valkey;
+use valkey_core::api::Valkey;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const LICENSE_ID: &str = env!("CARGO_PKG_LICENSE");

@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use valkey_operator::api::{Phase, Valkey};
-use valkey_operator::status::{self, Observed};
+use valkey_core::api::{Phase, Valkey};
+use valkey_core::status::{self, Observed};
 
 #[derive(Deserialize)]
 struct Case {

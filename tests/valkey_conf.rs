@@ -9,8 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use valkey_operator::api::Valkey;
-use valkey_operator::build::{
+use valkey_core::api::Valkey;
+use valkey_core::desired::{
     self, AUTH_CONF_KEY, CONFIG_DIR, DATA_DIR, Desired, Facts, START_SH_KEY, VALKEY_CONF_KEY,
 };
 
@@ -310,7 +310,7 @@ fn render(valkey: &Valkey, password: &str) -> Rendered {
         password: password.into(),
         new_password: true,
     };
-    let desired = build::desired(valkey, &facts).expect("building the objects");
+    let desired = desired::objects(valkey, &facts).expect("building the objects");
     let data = desired.config_map.data.clone().unwrap_or_default();
     let acl = desired.acl_secret.data.clone().unwrap_or_default();
     Rendered {

@@ -18,9 +18,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
-use valkey_operator::api::Valkey;
-use valkey_operator::api::names::{self, labels};
-use valkey_operator::reconcile::{self, Error};
+use valkey_core::api::Valkey;
+use valkey_core::api::names::{self, labels};
+use valkey_core::reconcile::{self, Error};
 
 use crate::metrics::Metrics;
 

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
-use valkey_operator::api::Valkey;
+use valkey_core::api::Valkey;
 
 use crate::metrics::Metrics;
 

@@ -16,7 +16,7 @@ use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use valkey_operator::api::Valkey;
+use valkey_core::api::Valkey;
 
 #[derive(Parser, Debug)]
 #[command(name = "valkey-operator", version, about = "Kubernetes operator for Valkey", long_about = None)]
@@ -86,7 +86,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn print_crd() -> anyhow::Result<()> {
-    let yaml = valkey_operator::api::crd_yaml().context("serializing the Valkey CRD")?;
+    let yaml = valkey_core::api::crd_yaml().context("serializing the Valkey CRD")?;
     std::io::stdout()
         .write_all(yaml.as_bytes())
         .context("writing the CRD to stdout")

@@ -24,9 +24,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use valkey_operator::api::names::{ObjectNames, labels, roles};
-use valkey_operator::api::{Phase, Valkey};
-use valkey_operator::build::{CONFIG_HASH_ANNOTATION, VALKEY_CONF_KEY};
+use valkey_core::api::names::{ObjectNames, labels, roles};
+use valkey_core::api::{Phase, Valkey};
+use valkey_core::desired::{CONFIG_HASH_ANNOTATION, VALKEY_CONF_KEY};
 
 use harness::{Env, TIMEOUT, eventually};
 use observe::*;
@@ -83,7 +83,7 @@ async fn wait_rolled(
                 if revision != Some(&update) {
                     return Err(format!("{pod_name} runs {revision:?}, not {update}"));
                 }
-                if !valkey_operator::status::is_ready(pod) {
+                if !valkey_core::status::is_ready(pod) {
                     return Err(format!("{pod_name} is not Ready"));
                 }
             }
@@ -437,7 +437,7 @@ async fn scaling_to_one_zero_and_back_keeps_status_pdb_and_volumes_right() {
 async fn claim_uids(pvcs: &Api<PersistentVolumeClaim>, name: &str) -> BTreeMap<String, String> {
     pvcs.list(
         &kube::api::ListParams::default()
-            .labels(&valkey_operator::api::names::instance_selector(name)),
+            .labels(&valkey_core::api::names::instance_selector(name)),
     )
     .await
     .expect("listing PVCs")
@@ -642,7 +642,7 @@ async fn deleting_keeps_volumes_with_retain_and_removes_them_with_delete() {
 /// The operator-made objects of an instance in the namespace, as "Kind/name" (by instance
 /// label; pods and volumes aside).
 async fn instance_objects(env: &Env, name: &str) -> Vec<String> {
-    let selector = valkey_operator::api::names::instance_selector(name);
+    let selector = valkey_core::api::names::instance_selector(name);
     let lp = kube::api::ListParams::default().labels(&selector);
     let mut found = Vec::new();
     macro_rules! collect {
@@ -966,7 +966,7 @@ async fn growing_the_volume_resizes_every_claim_and_keeps_the_pods() {
         let claims = pvcs
             .list(
                 &kube::api::ListParams::default()
-                    .labels(&valkey_operator::api::names::instance_selector(name)),
+                    .labels(&valkey_core::api::names::instance_selector(name)),
             )
             .await
             .map_err(|e| e.to_string())?;

@@ -13,7 +13,7 @@ use clap::{Command, CommandFactory};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::ListParams;
-use valkey_operator::api::names;
+use valkey_core::api::names;
 
 use crate::cli::{Cli, GlobalArgs};
 use crate::kubeconfig;

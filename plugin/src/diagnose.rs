@@ -263,7 +263,7 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use valkey_operator::api::Valkey;
+    use valkey_core::api::Valkey;
 
     fn status(code: u16, reason: &str, message: &str) -> kube::Error {
         let mut status = kube::core::Status::failure(message, reason);

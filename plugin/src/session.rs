@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
-use valkey_operator::api::Valkey;
-use valkey_operator::api::names;
+use valkey_core::api::Valkey;
+use valkey_core::api::names;
 
 use crate::cli::GlobalArgs;
 use crate::diagnose::{self, Call, Diagnosis, Target};

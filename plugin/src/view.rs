@@ -8,10 +8,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use serde::Serialize;
-use valkey_operator::api::names::{self, ObjectNames};
-use valkey_operator::api::{ReclaimPolicy, Valkey, defaults};
-use valkey_operator::build;
-use valkey_operator::status::{is_ready, ordinal};
+use valkey_core::api::names::{self, ObjectNames};
+use valkey_core::api::{ReclaimPolicy, Valkey, defaults};
+use valkey_core::desired;
+use valkey_core::status::{is_ready, ordinal};
 
 /// One line of `list`.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -191,7 +191,7 @@ pub fn instance_report(valkey: &Valkey, pods: &[Pod], events: &[Event]) -> Insta
 /// In-cluster DNS names of the read-write and read-only Services, with the Valkey port.
 pub fn endpoints(instance: &str, namespace: &str) -> Endpoints {
     let names = ObjectNames::new(instance);
-    let address = |service: String| format!("{service}.{namespace}.svc:{}", build::PORT);
+    let address = |service: String| format!("{service}.{namespace}.svc:{}", desired::PORT);
     Endpoints {
         read_write: address(names.read_write_service()),
         read_only: address(names.read_only_service()),

@@ -19,7 +19,7 @@ use kube::api::PostParams;
 use serde_json::json;
 use support::cluster::{self, TestNamespace};
 use support::plugin::{self, Outcome};
-use valkey_operator::api::{Valkey, ValkeySpec};
+use valkey_core::api::{Valkey, ValkeySpec};
 
 /// Which cluster a case sees.
 #[derive(Clone, Copy, Debug)]

@@ -18,7 +18,7 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 use support::cluster::TestNamespace;
 use support::plugin::{self, ok, run};
-use valkey_operator::api::{ReclaimPolicy, Valkey};
+use valkey_core::api::{ReclaimPolicy, Valkey};
 
 #[test]
 fn kubectl_discovers_the_plugin_and_its_version() {

@@ -28,10 +28,10 @@ use kube::{Api, Resource};
 use serde_json::json;
 use support::cluster::{self, TestNamespace};
 use support::plugin::{self, Outcome, ok, run};
-use valkey_operator::api::Valkey;
-use valkey_operator::api::names::{self, ObjectNames, roles};
-use valkey_operator::build::CONTAINER;
-use valkey_operator::status::is_ready;
+use valkey_core::api::Valkey;
+use valkey_core::api::names::{self, ObjectNames, roles};
+use valkey_core::desired::CONTAINER;
+use valkey_core::status::is_ready;
 
 const INSTANCE: &str = "cache";
 const USER: &str = "admin";

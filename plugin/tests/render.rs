@@ -10,7 +10,7 @@ use k8s_openapi::api::events::v1::Event;
 use kubectl_valkey::render::{self, Style};
 use kubectl_valkey::view;
 use serde::Deserialize;
-use valkey_operator::api::Valkey;
+use valkey_core::api::Valkey;
 
 #[derive(Deserialize)]
 struct ListFixture {

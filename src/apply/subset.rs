@@ -36,7 +36,7 @@ fn is_empty(value: &Value) -> bool {
 }
 
 fn same_quantity(a: &str, b: &str) -> bool {
-    use crate::build::quantity::quantity_millis;
+    use crate::desired::quantity::quantity_millis;
     quantity_millis(a).is_some_and(|a| Some(a) == quantity_millis(b))
 }
 

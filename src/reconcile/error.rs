@@ -1,7 +1,7 @@
 //! Why a reconcile could not finish. Every message is written to `status.error` and to a Warning
 //! event, so it says what is wrong and what to do, and never carries a secret.
 
-use crate::build::BuildError;
+use crate::desired::BuildError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

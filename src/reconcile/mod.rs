@@ -20,7 +20,7 @@ use tracing::{debug, info};
 use crate::api::names::{self, FIELD_MANAGER, ObjectNames, labels, roles};
 use crate::api::{Phase, Valkey, ValkeyStatus};
 use crate::apply::{self, Outcome};
-use crate::build::{self, Facts};
+use crate::desired::{self, Facts};
 use crate::status::{self, Observed};
 
 pub use error::Error;
@@ -77,7 +77,7 @@ async fn converge(
         password: credentials.password,
         new_password: credentials.generate,
     };
-    let desired = build::desired(valkey, &facts)?;
+    let desired = desired::objects(valkey, &facts)?;
     let mut changes = Vec::new();
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     if let Some(secret) = &desired.generated_secret {

@@ -7,7 +7,7 @@ use kube::{Api, Client, ResourceExt};
 use super::Error;
 use crate::api::names::ObjectNames;
 use crate::api::{Valkey, defaults};
-use crate::build;
+use crate::desired;
 
 /// The password, and whether it was just generated (so its Secret must be created).
 pub struct Credentials {
@@ -42,7 +42,7 @@ pub async fn resolve(
             }));
         }
         return Ok(Credentials {
-            password: build::generate_password()?,
+            password: desired::generate_password()?,
             generate: true,
         });
     };

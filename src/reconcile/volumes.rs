@@ -14,7 +14,7 @@ use super::{Change, Error};
 use crate::api::Valkey;
 use crate::api::names::{self, DATA_VOLUME};
 use crate::apply::Outcome;
-use crate::build::quantity::quantity_millis;
+use crate::desired::quantity::quantity_millis;
 
 /// What resizing did: the changes, and whether the StatefulSet is gone for now (so it must not
 /// be applied until its deletion is finished and the next reconcile re-creates it).

@@ -219,7 +219,7 @@ impl Operator {
             .args(["--http-addr", &http.to_string()])
             .env("KUBECONFIG", &env.kubeconfig)
             // Debug logs of the operator's own code: more chances to catch a leaked secret.
-            .env("RUST_LOG", "info,valkey_operator=debug")
+            .env("RUST_LOG", "info,valkey_operator=debug,valkey_core=debug")
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .env_remove("VALKEY_OPERATOR_WATCH_NAMESPACE")

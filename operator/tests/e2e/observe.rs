@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use valkey_operator::api::names::{self, APP_NAME, MANAGED_BY, labels};
-use valkey_operator::api::{Phase, Valkey};
+use valkey_core::api::names::{self, APP_NAME, MANAGED_BY, labels};
+use valkey_core::api::{Phase, Valkey};
 
 use crate::harness::{Env, TIMEOUT, eventually};
 

@@ -11,10 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::Api;
 use kube::api::{AttachParams, AttachedProcess};
 use tokio::io::AsyncWriteExt;
-use valkey_operator::api::Valkey;
-use valkey_operator::api::names::{self, roles};
-use valkey_operator::build::CONTAINER;
-use valkey_operator::status::{is_ready, ordinal};
+use valkey_core::api::Valkey;
+use valkey_core::api::names::{self, roles};
+use valkey_core::desired::CONTAINER;
+use valkey_core::status::{is_ready, ordinal};
 
 use crate::cli::{CliArgs, GlobalArgs};
 use crate::diagnose::Call;

@@ -10,9 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
 use serde_json::{Map, Value, json};
-use valkey_operator::api::names::{self, ObjectNames};
-use valkey_operator::api::validation;
-use valkey_operator::api::{Valkey, ValkeySpec, defaults};
+use valkey_core::api::names::{self, ObjectNames};
+use valkey_core::api::validation;
+use valkey_core::api::{Valkey, ValkeySpec, defaults};
 
 use super::wait;
 use crate::cli::{CreateArgs, DryRun, GlobalArgs, ObjectFormat, ReclaimPolicyArg};

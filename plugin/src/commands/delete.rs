@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DeleteParams, ListParams};
-use valkey_operator::api::{ReclaimPolicy, Valkey};
+use valkey_core::api::{ReclaimPolicy, Valkey};
 
 use crate::cli::{DeleteArgs, GlobalArgs};
 use crate::error::{Problem, UsageError};

@@ -9,7 +9,7 @@ use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{self, Scope};
 use kube::{Api, CustomResourceExt};
 use serde_json::{Value, json};
-use valkey_operator::api::Valkey;
+use valkey_core::api::Valkey;
 
 use crate::cli::{DryRun, GlobalArgs, InstallArgs, ObjectFormat};
 use crate::diagnose::Call;

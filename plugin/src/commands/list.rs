@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 use kube::Api;
 use kube::api::ListParams;
-use valkey_operator::api::Valkey;
+use valkey_core::api::Valkey;
 
 use crate::cli::{ColorChoice, GlobalArgs, ListArgs, ViewFormat};
 use crate::diagnose::Call;

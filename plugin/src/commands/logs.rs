@@ -13,9 +13,9 @@ use kube::Api;
 use kube::api::LogParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
-use valkey_operator::api::names;
-use valkey_operator::build::CONTAINER;
-use valkey_operator::status::ordinal;
+use valkey_core::api::names;
+use valkey_core::desired::CONTAINER;
+use valkey_core::status::ordinal;
 
 use crate::cli::{GlobalArgs, LogsArgs};
 use crate::diagnose::Call;

@@ -3,8 +3,8 @@
 
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use valkey_operator::api::validation;
-use valkey_operator::api::{Valkey, ValkeySpec};
+use valkey_core::api::validation;
+use valkey_core::api::{Valkey, ValkeySpec};
 
 use crate::cli::{GlobalArgs, ScaleArgs};
 use crate::error::UsageError;

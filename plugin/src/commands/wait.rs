@@ -7,7 +7,7 @@ use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use valkey_operator::api::{Phase, Valkey};
+use valkey_core::api::{Phase, Valkey};
 
 use crate::error::Problem;
 use crate::session::Session;
@@ -121,7 +121,7 @@ fn timed_out(name: &str, last: &Progress, timeout: Duration) -> Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use valkey_operator::api::{ValkeySpec, ValkeyStatus};
+    use valkey_core::api::{ValkeySpec, ValkeyStatus};
 
     fn valkey(generation: i64, status: Option<ValkeyStatus>) -> Valkey {
         let spec: ValkeySpec = serde_json::from_value(serde_json::json!({"replicas": 3}))

@@ -1,8 +1,8 @@
 //! The pure builders against reviewed YAML fixtures, and the properties a user would notice.
 //!
-//! Each directory under tests/fixtures/build/ is a scenario: `input.yaml` (a Valkey and the facts
+//! Each directory under tests/fixtures/desired/ is a scenario: `input.yaml` (a Valkey and the facts
 //! the operator observed) and one expected file per object (absent when the object is not built).
-//! After a deliberate change, regenerate them with `UPDATE_FIXTURES=1 cargo test --test build`
+//! After a deliberate change, regenerate them with `UPDATE_FIXTURES=1 cargo test --test desired`
 //! and review the diff before committing it.
 
 use std::collections::BTreeSet;
@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use valkey_operator::api::Valkey;
-use valkey_operator::api::names::labels;
-use valkey_operator::build::{
+use valkey_core::api::Valkey;
+use valkey_core::api::names::labels;
+use valkey_core::desired::{
     self, BuildError, CONFIG_HASH_ANNOTATION, Desired, Facts, PRIMARY_KEY, VALKEY_CONF_KEY,
 };
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/build");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/desired");
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -45,8 +45,8 @@ struct Scenario {
 
 fn scenarios() -> Vec<Scenario> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
-        .expect("reading tests/fixtures/build")
-        .map(|entry| entry.expect("listing tests/fixtures/build").path())
+        .expect("reading tests/fixtures/desired")
+        .map(|entry| entry.expect("listing tests/fixtures/desired").path())
         .filter(|path| path.join("input.yaml").is_file())
         .collect();
     dirs.sort();
@@ -113,7 +113,7 @@ fn check_fixtures(
     }
     assert!(
         failures.is_empty(),
-        "{}\n(after a deliberate change: UPDATE_FIXTURES=1 cargo test --test build, then review the diff)",
+        "{}\n(after a deliberate change: UPDATE_FIXTURES=1 cargo test --test desired, then review the diff)",
         failures.join("\n")
     );
 }
@@ -170,14 +170,14 @@ fn some<T: Serialize>(object: T) -> Option<Value> {
 #[test]
 fn generated_secret_fixtures() {
     check_fixtures("generated-secret.yaml", |v, f| {
-        Ok(build::desired(v, f)?.generated_secret.map(to_value))
+        Ok(desired::objects(v, f)?.generated_secret.map(to_value))
     });
 }
 
 #[test]
 fn acl_secret_fixtures() {
     check_fixtures("acl-secret.yaml", |v, f| {
-        Ok(some(build::acl_secret(v, &f.password)?))
+        Ok(some(desired::acl_secret(v, &f.password)?))
     });
 }
 
@@ -185,7 +185,7 @@ fn acl_secret_fixtures() {
 #[test]
 fn auth_conf_fixtures() {
     check_fixtures("auth.conf.yaml", |v, f| {
-        Ok(Some(Value::String(auth_conf(&build::acl_secret(
+        Ok(Some(Value::String(auth_conf(&desired::acl_secret(
             v,
             &f.password,
         )?))))
@@ -195,42 +195,42 @@ fn auth_conf_fixtures() {
 #[test]
 fn config_map_fixtures() {
     check_fixtures("configmap.yaml", |v, f| {
-        Ok(some(build::config_map(v, f.primary.as_deref())?))
+        Ok(some(desired::config_map(v, f.primary.as_deref())?))
     });
 }
 
 #[test]
 fn statefulset_fixtures() {
     check_fixtures("statefulset.yaml", |v, f| {
-        Ok(some(build::statefulset(v, &f.password)?))
+        Ok(some(desired::statefulset(v, &f.password)?))
     });
 }
 
 #[test]
 fn read_write_service_fixtures() {
     check_fixtures("service.yaml", |v, _| {
-        Ok(some(build::read_write_service(v)?))
+        Ok(some(desired::read_write_service(v)?))
     });
 }
 
 #[test]
 fn read_only_service_fixtures() {
     check_fixtures("service-replicas.yaml", |v, _| {
-        Ok(some(build::read_only_service(v)?))
+        Ok(some(desired::read_only_service(v)?))
     });
 }
 
 #[test]
 fn headless_service_fixtures() {
     check_fixtures("service-headless.yaml", |v, _| {
-        Ok(some(build::headless_service(v)?))
+        Ok(some(desired::headless_service(v)?))
     });
 }
 
 #[test]
 fn pod_disruption_budget_fixtures() {
     check_fixtures("pdb.yaml", |v, _| {
-        Ok(build::pod_disruption_budget(v)?.map(to_value))
+        Ok(desired::pod_disruption_budget(v)?.map(to_value))
     });
 }
 
@@ -239,35 +239,35 @@ fn pod_disruption_budget_fixtures() {
 fn desired_is_the_builders() {
     for s in scenarios() {
         let (v, f) = (&s.valkey, &s.facts);
-        let d = build::desired(v, f).unwrap();
+        let d = desired::objects(v, f).unwrap();
         let pairs = [
             (
                 to_value(&d.acl_secret),
-                to_value(build::acl_secret(v, &f.password).unwrap()),
+                to_value(desired::acl_secret(v, &f.password).unwrap()),
             ),
             (
                 to_value(&d.config_map),
-                to_value(build::config_map(v, f.primary.as_deref()).unwrap()),
+                to_value(desired::config_map(v, f.primary.as_deref()).unwrap()),
             ),
             (
                 to_value(&d.statefulset),
-                to_value(build::statefulset(v, &f.password).unwrap()),
+                to_value(desired::statefulset(v, &f.password).unwrap()),
             ),
             (
                 to_value(&d.read_write_service),
-                to_value(build::read_write_service(v).unwrap()),
+                to_value(desired::read_write_service(v).unwrap()),
             ),
             (
                 to_value(&d.read_only_service),
-                to_value(build::read_only_service(v).unwrap()),
+                to_value(desired::read_only_service(v).unwrap()),
             ),
             (
                 to_value(&d.headless_service),
-                to_value(build::headless_service(v).unwrap()),
+                to_value(desired::headless_service(v).unwrap()),
             ),
             (
                 to_value(&d.pod_disruption_budget),
-                to_value(build::pod_disruption_budget(v).unwrap()),
+                to_value(desired::pod_disruption_budget(v).unwrap()),
             ),
         ];
         for (from_desired, from_builder) in pairs {
@@ -330,33 +330,33 @@ fn with_spec(s: &Scenario, change: impl FnOnce(&mut Valkey)) -> Valkey {
 #[test]
 fn a_config_change_changes_the_hash() {
     let s = named("standalone");
-    let before = config_hash(&build::desired(&s.valkey, &s.facts).unwrap());
+    let before = config_hash(&desired::objects(&s.valkey, &s.facts).unwrap());
     let valkey = with_spec(&s, |v| {
         v.spec
             .config
             .insert("maxmemory-policy".into(), "allkeys-lru".into());
     });
-    let after = config_hash(&build::desired(&valkey, &s.facts).unwrap());
+    let after = config_hash(&desired::objects(&valkey, &s.facts).unwrap());
     assert_ne!(before, after);
     assert_eq!(after.len(), 64, "sha256 in hex: {after}");
     let memory = with_spec(&s, |v| v.spec.resource.memory = "1Gi".into());
     assert_ne!(
         before,
-        config_hash(&build::desired(&memory, &s.facts).unwrap())
+        config_hash(&desired::objects(&memory, &s.facts).unwrap())
     );
 }
 
 #[test]
 fn a_password_change_changes_the_hash() {
     let s = named("standalone");
-    let before = config_hash(&build::desired(&s.valkey, &s.facts).unwrap());
+    let before = config_hash(&desired::objects(&s.valkey, &s.facts).unwrap());
     let facts = Facts {
         password: "another-password".into(),
         ..s.facts.clone()
     };
     assert_ne!(
         before,
-        config_hash(&build::desired(&s.valkey, &facts).unwrap())
+        config_hash(&desired::objects(&s.valkey, &facts).unwrap())
     );
 }
 
@@ -368,7 +368,7 @@ fn a_primary_change_rolls_no_pod() {
             primary: Some(primary.into()),
             ..s.facts.clone()
         };
-        build::desired(&s.valkey, &facts).unwrap()
+        desired::objects(&s.valkey, &facts).unwrap()
     };
     let (first, second) = (on("cache-0"), on("cache-2"));
     assert_eq!(to_value(&first.statefulset), to_value(&second.statefulset));
@@ -380,7 +380,7 @@ fn a_primary_change_rolls_no_pod() {
 #[test]
 fn the_primary_defaults_to_pod_zero() {
     let s = named("standalone");
-    let d = build::desired(&s.valkey, &s.facts).unwrap();
+    let d = desired::objects(&s.valkey, &s.facts).unwrap();
     assert_eq!(d.config_map.data.as_ref().unwrap()[PRIMARY_KEY], "cache-0");
 }
 
@@ -395,7 +395,7 @@ fn the_password_stays_in_its_secrets() {
             new_password: true,
             ..s.facts.clone()
         };
-        let d = build::desired(&s.valkey, &facts).unwrap();
+        let d = desired::objects(&s.valkey, &facts).unwrap();
         let public = [
             ("configmap", to_value(&d.config_map)),
             ("statefulset", to_value(&d.statefulset)),
@@ -443,7 +443,7 @@ fn the_password_stays_in_its_secrets() {
 fn the_password_reaches_the_cli_through_the_environment() {
     let secret_of = |name: &str| {
         let s = named(name);
-        let d = build::desired(&s.valkey, &s.facts).unwrap();
+        let d = desired::objects(&s.valkey, &s.facts).unwrap();
         let c = &pod_spec(&d).containers[0];
         let env = c.env.clone().unwrap_or_default();
         ["VALKEYCLI_AUTH", "REDISCLI_AUTH"].map(|var| {
@@ -469,7 +469,7 @@ fn the_pdb_exists_only_with_replicas() {
     let s = named("standalone");
     for replicas in 0..=5 {
         let valkey = with_spec(&s, |v| v.spec.replicas = replicas);
-        let pdb = build::pod_disruption_budget(&valkey).unwrap();
+        let pdb = desired::pod_disruption_budget(&valkey).unwrap();
         assert_eq!(pdb.is_some(), replicas > 1, "replicas {replicas}");
         if let Some(pdb) = pdb {
             let spec = pdb.spec.unwrap();
@@ -486,7 +486,7 @@ fn the_password_secret_is_generated_only_when_needed() {
             new_password,
             ..s.facts.clone()
         };
-        build::desired(valkey, &facts).unwrap().generated_secret
+        desired::objects(valkey, &facts).unwrap().generated_secret
     };
     let secret = generated(&s.valkey, true).expect("a new password gets its Secret");
     assert_eq!(secret.metadata.name.as_deref(), Some("cache-auth"));
@@ -505,8 +505,8 @@ fn the_password_secret_is_generated_only_when_needed() {
 
 #[test]
 fn generated_passwords_are_long_random_and_plain() {
-    let a = build::generate_password().unwrap();
-    let b = build::generate_password().unwrap();
+    let a = desired::generate_password().unwrap();
+    let b = desired::generate_password().unwrap();
     assert_ne!(a, b);
     assert_eq!(a.len(), 43, "32 bytes in unpadded base64: {a}");
     assert!(
@@ -515,7 +515,7 @@ fn generated_passwords_are_long_random_and_plain() {
         "{a}"
     );
     assert_eq!(
-        build::password_from_bytes(&[0xff; 32]),
+        desired::password_from_bytes(&[0xff; 32]),
         "_".repeat(42) + "8"
     );
 }
@@ -606,7 +606,7 @@ fn restricted_violations(pod: &PodSpec) -> Vec<String> {
 #[test]
 fn pods_pass_the_restricted_pod_security_standard() {
     for s in scenarios() {
-        let d = build::desired(&s.valkey, &s.facts).unwrap();
+        let d = desired::objects(&s.valkey, &s.facts).unwrap();
         let pod = pod_spec(&d);
         assert_eq!(
             restricted_violations(pod),
@@ -635,7 +635,7 @@ fn pods_pass_the_restricted_pod_security_standard() {
 #[test]
 fn the_role_label_is_left_to_the_operator() {
     for s in scenarios() {
-        let d = build::desired(&s.valkey, &s.facts).unwrap();
+        let d = desired::objects(&s.valkey, &s.facts).unwrap();
         let template_labels = d
             .statefulset
             .spec
@@ -662,7 +662,7 @@ fn every_object_is_owned_and_labelled() {
             new_password: true,
             ..s.facts.clone()
         };
-        let d = build::desired(&s.valkey, &facts).unwrap();
+        let d = desired::objects(&s.valkey, &facts).unwrap();
         let metas = [
             d.generated_secret.map(|o| o.metadata),
             Some(d.acl_secret.metadata),
@@ -700,7 +700,7 @@ fn every_object_is_owned_and_labelled() {
 #[test]
 fn maxmemory_is_three_quarters_of_the_memory_limit_unless_set() {
     let s = named("standalone");
-    let d = build::desired(&s.valkey, &s.facts).unwrap();
+    let d = desired::objects(&s.valkey, &s.facts).unwrap();
     // 256Mi * 75%
     assert!(
         valkey_conf(&d).contains("\nmaxmemory 201326592\n"),
@@ -708,7 +708,7 @@ fn maxmemory_is_three_quarters_of_the_memory_limit_unless_set() {
         valkey_conf(&d)
     );
     let full = named("full");
-    let d = build::desired(&full.valkey, &full.facts).unwrap();
+    let d = desired::objects(&full.valkey, &full.facts).unwrap();
     let lines: Vec<_> = valkey_conf(&d)
         .lines()
         .filter(|l| l.starts_with("maxmemory "))
@@ -719,7 +719,7 @@ fn maxmemory_is_three_quarters_of_the_memory_limit_unless_set() {
 #[test]
 fn spec_config_overrides_the_operator_defaults_once() {
     let s = named("no-volume");
-    let d = build::desired(&s.valkey, &s.facts).unwrap();
+    let d = desired::objects(&s.valkey, &s.facts).unwrap();
     let saves: Vec<_> = valkey_conf(&d)
         .lines()
         .filter(|l| l.starts_with("save "))
@@ -730,20 +730,20 @@ fn spec_config_overrides_the_operator_defaults_once() {
             .config
             .insert("notify-keyspace-events".into(), String::new());
     });
-    let d = build::desired(&empty, &s.facts).unwrap();
+    let d = desired::objects(&empty, &s.facts).unwrap();
     assert!(valkey_conf(&d).contains("\nnotify-keyspace-events \"\"\n"));
 }
 
 #[test]
 fn persistence_follows_the_volume() {
     let s = named("standalone");
-    let with = valkey_conf(&build::desired(&s.valkey, &s.facts).unwrap()).to_owned();
+    let with = valkey_conf(&desired::objects(&s.valkey, &s.facts).unwrap()).to_owned();
     assert!(with.contains("\nappendonly yes\n"), "{with}");
     assert!(with.contains("\nappendfsync everysec\n"), "{with}");
     assert!(!with.contains("\nsave "), "{with}");
     let s = named("no-volume");
     let plain = with_spec(&s, |v| v.spec.config.clear());
-    let conf = build::config_map(&plain, None).unwrap().data.unwrap()[VALKEY_CONF_KEY].clone();
+    let conf = desired::config_map(&plain, None).unwrap().data.unwrap()[VALKEY_CONF_KEY].clone();
     assert!(conf.contains("\nappendonly no\n"), "{conf}");
     assert!(conf.contains("\nsave \"\"\n"), "{conf}");
 }
@@ -756,7 +756,7 @@ fn objects_need_an_owner() {
         ("namespace", with_spec(&s, |v| v.metadata.namespace = None)),
         ("name", with_spec(&s, |v| v.metadata.name = None)),
     ] {
-        match build::desired(&valkey, &s.facts) {
+        match desired::objects(&valkey, &s.facts) {
             Err(BuildError::MissingMetadata { field: f, .. }) => assert_eq!(f, field),
             Err(e) => panic!("missing {field}: unexpected error {e}"),
             Ok(_) => panic!("missing {field}: built anyway"),
@@ -772,7 +772,7 @@ fn bad_facts_and_bypassed_validation_are_errors() {
         ..s.facts.clone()
     };
     assert!(matches!(
-        build::desired(&s.valkey, &empty),
+        desired::objects(&s.valkey, &empty),
         Err(BuildError::EmptyPassword(_))
     ));
     for primary in ["other-0", "cache-", "cache-x", "cache-0; rm -rf /", "cache"] {
@@ -782,7 +782,7 @@ fn bad_facts_and_bypassed_validation_are_errors() {
         };
         assert!(
             matches!(
-                build::desired(&s.valkey, &facts),
+                desired::objects(&s.valkey, &facts),
                 Err(BuildError::InvalidPrimary { .. })
             ),
             "{primary}"
@@ -799,7 +799,7 @@ fn bad_facts_and_bypassed_validation_are_errors() {
         });
         assert!(
             matches!(
-                build::desired(&valkey, &s.facts),
+                desired::objects(&valkey, &s.facts),
                 Err(BuildError::InvalidConfig { .. })
             ),
             "{key}: {value:?}"
@@ -807,7 +807,7 @@ fn bad_facts_and_bypassed_validation_are_errors() {
     }
     let memory = with_spec(&s, |v| v.spec.resource.memory = "lots".into());
     assert!(matches!(
-        build::desired(&memory, &s.facts),
+        desired::objects(&memory, &s.facts),
         Err(BuildError::InvalidMemory(_))
     ));
 }

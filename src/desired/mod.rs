@@ -79,7 +79,7 @@ pub struct Desired {
 }
 
 /// All objects of `valkey`.
-pub fn desired(valkey: &Valkey, facts: &Facts) -> Result<Desired, BuildError> {
+pub fn objects(valkey: &Valkey, facts: &Facts) -> Result<Desired, BuildError> {
     let generated_secret = if facts.new_password {
         generated_secret(valkey, &facts.password)?
     } else {
