@@ -192,3 +192,40 @@ fn documented_examples_are_valid() {
         assert!(found.is_empty(), "{file}: {:?}", fields(&found));
     }
 }
+
+#[test]
+fn pod_ordinals_are_read_one_way_only() {
+    use valkey_core::api::names::{claim_ordinal, pod_ordinal};
+    assert_eq!(pod_ordinal("cache", "cache-0"), Some(0));
+    assert_eq!(pod_ordinal("cache", "cache-4"), Some(4));
+    assert_eq!(pod_ordinal("my-cache", "my-cache-12"), Some(12));
+    for not_a_pod in [
+        "cache-+1",
+        "cache--1",
+        "cache-01",
+        "cache-",
+        "cache-1a",
+        "cache-1234567890",
+        "cache0",
+        "other-0",
+        "cache-acl",
+    ] {
+        assert_eq!(pod_ordinal("cache", not_a_pod), None, "{not_a_pod}");
+    }
+    // A pod of another instance whose name extends this one's is not this one's.
+    assert_eq!(pod_ordinal("cache", "cache-x-0"), None);
+    assert_eq!(claim_ordinal("cache", "data-cache-3"), Some(3));
+    assert_eq!(claim_ordinal("my-cache", "data-my-cache-0"), Some(0));
+    assert_eq!(claim_ordinal("cache", "data-my-cache-0"), None);
+    assert_eq!(claim_ordinal("cache", "data-cache-+3"), None);
+}
+
+#[test]
+fn the_crd_bounds_come_from_the_api_constants() {
+    let crd = crd_yaml().unwrap();
+    assert!(crd.contains(&format!("self <= {}", defaults::MAX_REPLICAS)));
+    assert!(crd.contains(&format!(
+        "size(self.metadata.name) <= {}",
+        defaults::MAX_NAME_LENGTH
+    )));
+}

@@ -9,9 +9,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use serde::Serialize;
 use valkey_core::api::names::{self, ObjectNames};
-use valkey_core::api::{ReclaimPolicy, Valkey, defaults};
+use valkey_core::api::names::{claim_ordinal, pod_ordinal as ordinal};
+use valkey_core::api::{Valkey, defaults};
 use valkey_core::desired;
-use valkey_core::status::{is_ready, ordinal};
+use valkey_core::status::is_ready;
 
 /// One line of `list`.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -164,13 +165,10 @@ pub fn instance_report(valkey: &Valkey, pods: &[Pod], events: &[Event]) -> Insta
                 .storage_class_name
                 .clone()
                 .filter(|_| spec.volume.enabled),
-            reclaim_policy: spec.volume.enabled.then(|| {
-                match spec.volume.reclaim_policy {
-                    ReclaimPolicy::Retain => "Retain",
-                    ReclaimPolicy::Delete => "Delete",
-                }
-                .to_owned()
-            }),
+            reclaim_policy: spec
+                .volume
+                .enabled
+                .then(|| spec.volume.reclaim_policy.as_str().to_owned()),
         },
         cpu: spec.resource.cpu.clone(),
         memory: spec.resource.memory.clone(),
@@ -297,12 +295,6 @@ pub fn involves(instance: &str, kind: &str, name: &str) -> bool {
     }
 }
 
-/// The pod ordinal of `claim` if it is a data volume of the instance.
-pub fn claim_ordinal(instance: &str, claim: &str) -> Option<i32> {
-    let ordinal: i32 = claim.rsplit_once('-')?.1.parse().ok()?;
-    (ObjectNames::new(instance).volume_claim(ordinal) == claim).then_some(ordinal)
-}
-
 pub fn event_row(event: &Event) -> EventRow {
     let regarding = event.regarding.as_ref();
     let last_seen = event
@@ -360,12 +352,5 @@ mod tests {
         ] {
             assert!(!involves("cache", kind, name), "{kind}/{name}");
         }
-    }
-
-    #[test]
-    fn claim_ordinals_follow_the_library_names() {
-        assert_eq!(claim_ordinal("cache", "data-cache-3"), Some(3));
-        assert_eq!(claim_ordinal("my-cache", "data-my-cache-0"), Some(0));
-        assert_eq!(claim_ordinal("cache", "data-my-cache-0"), None);
     }
 }

@@ -269,6 +269,49 @@ async fn create_list_status_scale_and_delete() {
     assert!(all.stdout.starts_with("NAMESPACE"), "{}", all.stdout);
     assert!(all.stdout.contains(n), "{}", all.stdout);
 
+    // status shows the events regarding the instance and its pods, not those of another
+    // instance whose name merely starts the same.
+    let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    for (kind, name, note) in [
+        ("Valkey", "cache", "about the instance"),
+        ("Pod", "cache-1", "about a pod"),
+        ("Valkey", "cache-old", "about another instance"),
+        ("Pod", "cache-old-0", "about another instance's pod"),
+    ] {
+        let event = json!({
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": "e2e-"},
+            "eventTime": "2026-12-01T00:00:00.000000Z",
+            "reportingController": "e2e.kuberly.io/test",
+            "reportingInstance": "e2e",
+            "action": "Testing",
+            "reason": "Testing",
+            "type": "Normal",
+            "note": note,
+            "regarding": {"kind": kind, "name": name, "namespace": n},
+        });
+        events
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(event).unwrap(),
+            )
+            .await
+            .expect("creating an event");
+    }
+    let report: Value =
+        serde_json::from_str(&ok(&["status", "cache", "-n", n, "-o", "json"], None).stdout)
+            .expect("status -o json is JSON");
+    let notes: Vec<&str> = report["events"]
+        .as_array()
+        .expect("events is an array")
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(notes.contains(&"about the instance"), "{report}");
+    assert!(notes.contains(&"about a pod"), "{report}");
+    assert!(!notes.iter().any(|m| m.contains("another")), "{report}");
+
     // status, as a table and as JSON.
     let table = ok(&["status", "cache", "-n", n], None);
     assert!(
@@ -589,6 +632,67 @@ async fn delete_asks_on_a_terminal() {
             );
         }
     }
+}
+
+/// `delete --delete-data` by someone who may delete Valkeys but not list volumes deletes
+/// nothing and says why, rather than deleting the instance and reporting "no volumes".
+#[tokio::test]
+async fn delete_data_without_the_right_to_list_volumes_deletes_nothing() {
+    plugin::install();
+    let ns = TestNamespace::new("plugin-nolist", &[]).await;
+    let valkeys: Api<Valkey> = ns.api();
+    ok(&["create", "kept", "-n", &ns.name], None);
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "valkeys-only"},
+        "rules": [{"apiGroups": ["database.kuberly.io"], "resources": ["valkeys"],
+                   "verbs": ["get", "list", "delete"]}],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "valkeys-only"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "valkeys-only"},
+        "subjects": [{"kind": "User", "name": "valkeys-only", "apiGroup": "rbac.authorization.k8s.io"}],
+    });
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = ns.api();
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(role).unwrap(),
+        )
+        .await
+        .expect("creating the role");
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> = ns.api();
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(binding).unwrap(),
+        )
+        .await
+        .expect("creating the binding");
+
+    let outcome = run(
+        plugin::kubectl_valkey(&[
+            "delete",
+            "kept",
+            "-n",
+            &ns.name,
+            "--delete-data",
+            "--yes",
+            "--as",
+            "valkeys-only",
+        ]),
+        None,
+    );
+    assert_eq!(outcome.code, 1, "{outcome:?}");
+    assert!(
+        outcome.stderr.contains("--delete-data") && outcome.stderr.contains("nothing was deleted"),
+        "{outcome:?}"
+    );
+    assert!(
+        valkeys.get_opt("kept").await.expect("get").is_some(),
+        "the Valkey must still exist"
+    );
 }
 
 fn volume_claim(name: &str) -> PersistentVolumeClaim {

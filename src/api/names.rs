@@ -80,6 +80,26 @@ impl<'a> ObjectNames<'a> {
     }
 }
 
+/// The ordinal of `pod` when it is a pod of the StatefulSet of `instance` (`<instance>-<n>`), the
+/// one parser both binaries use: plain decimal digits only (no sign, no `+`), as the StatefulSet
+/// controller writes them, at most 9 of them so the value fits an `i32`.
+pub fn pod_ordinal(instance: &str, pod: &str) -> Option<i32> {
+    let digits = pod.strip_prefix(instance)?.strip_prefix('-')?;
+    let canonical = !digits.is_empty()
+        && digits.len() <= 9
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    canonical.then(|| digits.parse().ok()).flatten()
+}
+
+/// The pod ordinal of `claim` when it is a data volume of `instance` (`data-<instance>-<n>`).
+pub fn claim_ordinal(instance: &str, claim: &str) -> Option<i32> {
+    pod_ordinal(
+        instance,
+        claim.strip_prefix(DATA_VOLUME)?.strip_prefix('-')?,
+    )
+}
+
 /// Name of the data volume (and of its volumeClaimTemplate).
 pub const DATA_VOLUME: &str = "data";
 

@@ -39,7 +39,7 @@ use super::defaults;
     printcolumn = r#"{"name":"Error","type":"string","jsonPath":".status.error","priority":1}"#,
     printcolumn = r#"{"name":"Last reconcile","type":"date","jsonPath":".status.lastReconcileAt","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new(NAME_RULE).message(Message::Message(NAME_MESSAGE.into())),
+    validation = Rule::new(name_rule()).message(Message::Message(name_message())),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeySpec {
@@ -53,8 +53,8 @@ pub struct ValkeySpec {
     /// Number of Valkey pods: 0 stops the instance (data kept), 1 runs a standalone primary,
     /// 2 to 5 run one primary and replicas with Sentinel failover.
     #[serde(default = "defaults::replicas")]
-    #[x_kube(validation = Rule::new("self >= 0 && self <= 5")
-        .message(Message::Message("spec.replicas must be between 0 and 5 (0 stops the instance and keeps its data)".into())))]
+    #[x_kube(validation = Rule::new(format!("self >= 0 && self <= {}", defaults::MAX_REPLICAS))
+        .message(Message::Message(format!("spec.replicas must be between 0 and {} (0 stops the instance and keeps its data)", defaults::MAX_REPLICAS))))]
     pub replicas: i32,
 
     /// The ACL user that gets full rights with the instance's password. `default` (the default)
@@ -101,9 +101,19 @@ pub struct ValkeySpec {
 /// Every object the operator derives from a Valkey is named `<name>` or `<name>-<suffix>`, and a
 /// StatefulSet adds a revision hash to its name in a label value (63 characters at most), so the
 /// name is kept short, and starts with a letter because Service names must.
-pub const NAME_RULE: &str =
-    "size(self.metadata.name) <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
-const NAME_MESSAGE: &str = "metadata.name must be at most 40 characters of lowercase letters, digits and '-', starting with a letter (it names the StatefulSet, Services and Secrets)";
+fn name_rule() -> String {
+    format!(
+        "size(self.metadata.name) <= {} && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        defaults::MAX_NAME_LENGTH
+    )
+}
+
+fn name_message() -> String {
+    format!(
+        "metadata.name must be at most {} characters of lowercase letters, digits and '-', starting with a letter (it names the StatefulSet, Services and Secrets)",
+        defaults::MAX_NAME_LENGTH
+    )
+}
 
 /// Reference to the Secret key that holds the password.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -176,6 +186,16 @@ pub enum ReclaimPolicy {
     Retain,
     /// Delete the volumes with the Valkey.
     Delete,
+}
+
+impl ReclaimPolicy {
+    /// The value as the API writes it: in the CRD and as the StatefulSet's PVC retention policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retain => "Retain",
+            Self::Delete => "Delete",
+        }
+    }
 }
 
 /// Requests (and the memory limit) of the valkey container.

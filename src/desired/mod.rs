@@ -111,11 +111,7 @@ fn primary_pod(instance: &Instance, primary: Option<&str>) -> Result<String, Bui
     let Some(primary) = primary else {
         return Ok(instance.names.pod(0));
     };
-    let ordinal = primary
-        .strip_prefix(instance.name)
-        .and_then(|rest| rest.strip_prefix('-'))
-        .filter(|n| !n.is_empty() && n.len() <= 9 && n.bytes().all(|b| b.is_ascii_digit()));
-    match ordinal {
+    match crate::api::names::pod_ordinal(instance.name, primary) {
         Some(_) => Ok(primary.to_owned()),
         None => Err(BuildError::InvalidPrimary {
             primary: primary.to_owned(),

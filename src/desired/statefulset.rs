@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::instance::Instance;
 use super::{BuildError, check_password, pod};
+use crate::api::Valkey;
 use crate::api::names::DATA_VOLUME;
-use crate::api::{ReclaimPolicy, Valkey};
 
 /// Name of the valkey container (what `kubectl exec -c` and the plugin use).
 pub const CONTAINER: &str = "valkey";
@@ -42,7 +42,7 @@ pub fn statefulset(valkey: &Valkey, password: &str) -> Result<StatefulSet, Build
                 .then(|| vec![volume_claim_template(&instance)]),
             persistent_volume_claim_retention_policy: volume.enabled.then(|| {
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
-                    when_deleted: Some(reclaim(volume.reclaim_policy).to_owned()),
+                    when_deleted: Some(volume.reclaim_policy.as_str().to_owned()),
                     // Scaling down and up again picks the data back up.
                     when_scaled: Some("Retain".to_owned()),
                 }
@@ -51,13 +51,6 @@ pub fn statefulset(valkey: &Valkey, password: &str) -> Result<StatefulSet, Build
         },
         ..StatefulSet::default()
     })
-}
-
-fn reclaim(policy: ReclaimPolicy) -> &'static str {
-    match policy {
-        ReclaimPolicy::Retain => "Retain",
-        ReclaimPolicy::Delete => "Delete",
-    }
 }
 
 fn volume_claim_template(instance: &Instance) -> PersistentVolumeClaim {

@@ -13,7 +13,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::Recorder;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
 
@@ -205,7 +205,7 @@ async fn instance_pods(pods: &Api<Pod>, valkey: &Valkey) -> Result<Vec<Pod>, kub
     let selector = names::instance_selector(&valkey.name_any());
     let list = pods.list(&ListParams::default().labels(&selector)).await?;
     let owned_by_statefulset =
-        |p: &Pod| status::ordinal(&valkey.name_any(), &p.name_any()).is_some();
+        |p: &Pod| names::pod_ordinal(&valkey.name_any(), &p.name_any()).is_some();
     Ok(list
         .items
         .into_iter()
@@ -250,8 +250,8 @@ async fn patch_status(
     status: &ValkeyStatus,
 ) -> Result<(), kube::Error> {
     let patch = json!({
-        "apiVersion": "database.kuberly.io/v1alpha1",
-        "kind": "Valkey",
+        "apiVersion": Valkey::api_version(&()),
+        "kind": Valkey::kind(&()),
         "status": status,
     });
     Api::<Valkey>::namespaced(client.clone(), namespace)

@@ -225,11 +225,6 @@ fn rollout_in_progress(valkey: &Valkey, statefulset: Option<&StatefulSet>) -> bo
     valkey.spec.replicas > 0 && revisions_differ
 }
 
-/// The pod ordinal of `pod` in the instance, if it is one of its StatefulSet's pods.
-pub fn ordinal(instance: &str, pod: &str) -> Option<i32> {
-    pod.strip_prefix(instance)?.strip_prefix('-')?.parse().ok()
-}
-
 /// The primary the instance should have: the recorded one while its pod is within the desired
 /// replicas, otherwise pod 0.
 pub fn choose_primary(valkey: &Valkey) -> Option<String> {
@@ -239,7 +234,9 @@ pub fn choose_primary(valkey: &Valkey) -> Option<String> {
     }
     let recorded = valkey.status.as_ref().and_then(|s| s.primary.clone());
     match recorded {
-        Some(p) if ordinal(name, &p).is_some_and(|o| o < valkey.spec.replicas) => Some(p),
+        Some(p) if names::pod_ordinal(name, &p).is_some_and(|o| o < valkey.spec.replicas) => {
+            Some(p)
+        }
         _ => Some(ObjectNames::new(name).pod(0)),
     }
 }

@@ -12,9 +12,10 @@ use kube::Api;
 use kube::api::{AttachParams, AttachedProcess};
 use tokio::io::AsyncWriteExt;
 use valkey_core::api::Valkey;
+use valkey_core::api::names::pod_ordinal as ordinal;
 use valkey_core::api::names::{self, roles};
 use valkey_core::desired::CONTAINER;
-use valkey_core::status::{is_ready, ordinal};
+use valkey_core::status::is_ready;
 
 use crate::cli::{CliArgs, GlobalArgs};
 use crate::diagnose::Call;

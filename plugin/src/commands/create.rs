@@ -12,7 +12,7 @@ use kube::{Api, Resource};
 use serde_json::{Map, Value, json};
 use valkey_core::api::names::{self, ObjectNames};
 use valkey_core::api::validation;
-use valkey_core::api::{Valkey, ValkeySpec, defaults};
+use valkey_core::api::{ReclaimPolicy, Valkey, ValkeySpec, defaults};
 
 use super::wait;
 use crate::cli::{CreateArgs, DryRun, GlobalArgs, ObjectFormat, ReclaimPolicyArg};
@@ -172,10 +172,10 @@ fn volume(args: &CreateArgs) -> Value {
     }
     if let Some(policy) = args.reclaim_policy {
         let policy = match policy {
-            ReclaimPolicyArg::Retain => "Retain",
-            ReclaimPolicyArg::Delete => "Delete",
+            ReclaimPolicyArg::Retain => ReclaimPolicy::Retain,
+            ReclaimPolicyArg::Delete => ReclaimPolicy::Delete,
         };
-        volume.insert("reclaimPolicy".into(), policy.into());
+        volume.insert("reclaimPolicy".into(), policy.as_str().into());
     }
     Value::Object(volume)
 }

@@ -10,7 +10,7 @@ use crate::error::{Problem, UsageError};
 use crate::output;
 use crate::session::Session;
 use crate::terminal;
-use crate::view::claim_ordinal;
+use valkey_core::api::names::claim_ordinal;
 
 pub async fn run(args: DeleteArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     // Decided before any request: a script without --yes must fail the same way every time.
@@ -27,7 +27,7 @@ pub async fn run(args: DeleteArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     }
     let session = Session::connect(global).await?;
     let valkey = session.get_valkey(&args.name).await?;
-    let claims = volume_claims(&session, &args.name).await;
+    let claims = volume_claims(&session, &args.name, args.delete_data).await?;
     if !args.yes && !terminal::confirm(&question(&session, &valkey, &args, &claims))? {
         return Err(Problem::new("not deleted").into());
     }
@@ -51,22 +51,35 @@ pub async fn run(args: DeleteArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The instance's data volumes (`data-NAME-<ordinal>`), by name. Without the right to list
-/// them there is nothing to show or delete.
-async fn volume_claims(session: &Session, instance: &str) -> Vec<String> {
-    let list = session
+/// The instance's data volumes (`data-NAME-<ordinal>`), by name. With `--delete-data` a claim
+/// list that fails is an error: "no volumes" would be a lie, and the data would silently stay.
+/// Without it the list only informs the question, so a refusal leaves it empty.
+async fn volume_claims(
+    session: &Session,
+    instance: &str,
+    delete_data: bool,
+) -> anyhow::Result<Vec<String>> {
+    let result = session
         .api::<PersistentVolumeClaim>()
         .list_metadata(&ListParams::default())
         .await;
-    let mut claims: Vec<(i32, String)> = list
-        .map(|l| l.items)
-        .unwrap_or_default()
+    let items = match result {
+        Ok(list) => list.items,
+        Err(err) if delete_data => {
+            let call = session.call::<PersistentVolumeClaim>("list");
+            return Err(session.explain(err, call).await.context(
+                "cannot find the volumes --delete-data would delete; nothing was deleted",
+            ));
+        }
+        Err(_) => Vec::new(),
+    };
+    let mut claims: Vec<(i32, String)> = items
         .into_iter()
         .filter_map(|c| c.metadata.name)
         .filter_map(|name| claim_ordinal(instance, &name).map(|o| (o, name)))
         .collect();
     claims.sort();
-    claims.into_iter().map(|(_, name)| name).collect()
+    Ok(claims.into_iter().map(|(_, name)| name).collect())
 }
 
 fn question(session: &Session, valkey: &Valkey, args: &DeleteArgs, claims: &[String]) -> String {

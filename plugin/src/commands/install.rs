@@ -7,6 +7,7 @@ use anyhow::Context;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{self, Scope};
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, CustomResourceExt};
 use serde_json::{Value, json};
 use valkey_core::api::Valkey;
@@ -98,45 +99,46 @@ async fn apply(session: &Session, object: &Value, dry_run: bool) -> anyhow::Resu
     session.check(result, call).await
 }
 
-/// Waits until the Valkey CRD is Established, so a `create` right after works.
+/// Waits until the Valkey CRD is Established (watched, not polled) and discovery serves the
+/// resource, so a `create` right after works.
 async fn wait_for_crd(session: &Session, timeout: Duration) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(session.client.clone());
     let name = Valkey::crd_name();
     let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let crd = crds.get_opt(name).await;
-        let crd = session
-            .check(crd, Call::new::<CustomResourceDefinition>("get").name(name))
-            .await?;
-        let established = crd
-            .as_ref()
-            .and_then(|c| c.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established && session.valkey_api_installed().await {
-            match manifests::operator_deployment() {
-                Some((namespace, deployment)) => eprintln!(
-                    "the Valkey API ({name}) is served; the operator runs as Deployment {deployment} in namespace {namespace}"
-                ),
-                None => eprintln!("the Valkey API ({name}) is served"),
-            }
-            return Ok(());
+    let established = await_condition(crds, name, conditions::is_crd_established());
+    match tokio::time::timeout_at(deadline, established).await {
+        Err(_elapsed) => return Err(not_established(name, timeout)),
+        Ok(Err(err)) => {
+            return Err(anyhow::Error::new(err)
+                .context(format!("cannot watch the CRD {name} while waiting for it")));
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(Problem::new(format!(
-                "the CRD {name} is not established after {}",
-                duration::format(timeout)
-            ))
-            .hint(format!(
-                "kubectl get crd {name} -o yaml shows its conditions"
-            ))
-            .into());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        Ok(Ok(_)) => {}
     }
+    // Discovery can lag the Established condition by a moment, and it cannot be watched.
+    while !session.valkey_api_installed().await {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(not_established(name, timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    match manifests::operator_deployment() {
+        Some((namespace, deployment)) => eprintln!(
+            "the Valkey API ({name}) is served; the operator runs as Deployment {deployment} in namespace {namespace}"
+        ),
+        None => eprintln!("the Valkey API ({name}) is served"),
+    }
+    Ok(())
+}
+
+fn not_established(name: &str, timeout: Duration) -> anyhow::Error {
+    Problem::new(format!(
+        "the CRD {name} is not established after {}",
+        duration::format(timeout)
+    ))
+    .hint(format!(
+        "kubectl get crd {name} -o yaml shows its conditions"
+    ))
+    .into()
 }
 
 #[cfg(test)]

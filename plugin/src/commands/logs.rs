@@ -14,8 +14,8 @@ use kube::api::LogParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 use valkey_core::api::names;
+use valkey_core::api::names::pod_ordinal as ordinal;
 use valkey_core::desired::CONTAINER;
-use valkey_core::status::ordinal;
 
 use crate::cli::{GlobalArgs, LogsArgs};
 use crate::diagnose::Call;

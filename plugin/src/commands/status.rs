@@ -3,7 +3,12 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
+use std::collections::BTreeSet;
+
+use kube::ResourceExt;
 use kube::api::ListParams;
+use valkey_core::api::Valkey;
+use valkey_core::api::names::{self, ObjectNames};
 
 use super::list;
 use crate::cli::{GlobalArgs, StatusArgs, ViewFormat};
@@ -25,7 +30,8 @@ pub async fn run(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         );
     };
     let valkey = session.get_valkey(&name).await?;
-    let (pods, events) = futures::join!(pods(&session, &name), events(&session));
+    let pods = pods(&session, &name).await;
+    let events = events(&session, &event_subjects(&valkey, &pods)).await;
     let report = view::instance_report(&valkey, &pods, &events);
     match args.output {
         ViewFormat::Json => output::print(&output::to_json(&report)?),
@@ -48,14 +54,42 @@ async fn pods(session: &Session, name: &str) -> Vec<Pod> {
     }
 }
 
-/// Events of the namespace; the report keeps those about the instance.
-async fn events(session: &Session) -> Vec<Event> {
-    let result = session.api::<Event>().list(&ListParams::default()).await;
-    match session.check(result, session.call::<Event>("list")).await {
-        Ok(list) => list.items,
-        Err(err) => {
-            eprintln!("warning: events not shown: {err:#}");
-            Vec::new()
+/// The names events about the instance can be regarding: the instance's own name (the Valkey,
+/// its StatefulSet, PodDisruptionBudget and read-write Service share it), its pods and their
+/// volume claims.
+fn event_subjects(valkey: &Valkey, pods: &[Pod]) -> Vec<String> {
+    let instance = valkey.name_any();
+    let names = ObjectNames::new(&instance);
+    let ordinals = (0..valkey.spec.replicas).chain(
+        pods.iter()
+            .filter_map(|p| names::pod_ordinal(&instance, &p.name_any())),
+    );
+    let mut subjects = BTreeSet::from([instance.clone()]);
+    for ordinal in ordinals {
+        subjects.insert(names.pod(ordinal));
+        subjects.insert(names.volume_claim(ordinal));
+    }
+    subjects.into_iter().collect()
+}
+
+/// The events regarding `subjects`, one field-selected list each (the API server filters, so a
+/// namespace with thousands of events costs no more than one with a few).
+async fn events(session: &Session, subjects: &[String]) -> Vec<Event> {
+    let api = session.api::<Event>();
+    let lists = subjects.iter().map(|name| {
+        let params = ListParams::default().fields(&format!("regarding.name={name}"));
+        let api = api.clone();
+        async move { api.list(&params).await }
+    });
+    let mut events = Vec::new();
+    for result in futures::future::join_all(lists).await {
+        match session.check(result, session.call::<Event>("list")).await {
+            Ok(list) => events.extend(list.items),
+            Err(err) => {
+                eprintln!("warning: events not shown: {err:#}");
+                return Vec::new();
+            }
         }
     }
+    events
 }
