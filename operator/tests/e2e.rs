@@ -1015,3 +1015,66 @@ async fn growing_the_volume_resizes_every_claim_and_keeps_the_pods() {
     let valkey = get(&env, name).await;
     assert_no_warnings(&env, &valkey).await;
 }
+
+/// What the spec no longer says leaves the StatefulSet too: a toleration and an
+/// ephemeral-storage request taken out of the spec are removed, not kept forever.
+#[tokio::test]
+async fn fields_removed_from_the_spec_leave_the_statefulset() {
+    let mut env = Env::new("e2e-drift").await;
+    let _operator = env.start_leader().await;
+    let name = "drift";
+    let toleration =
+        json!({"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"});
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "resource": {"storage": "1Gi"}, "tolerations": [toleration]}),
+    )
+    .await;
+    let sts_api = env.api::<StatefulSet>();
+    let template = |sts: &StatefulSet| {
+        let pod = sts.spec.template.spec.clone()?;
+        let requests = pod
+            .containers
+            .first()?
+            .resources
+            .clone()?
+            .requests
+            .unwrap_or_default();
+        let tolerates = pod
+            .tolerations
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key.as_deref() == Some("example.com/dedicated"));
+        Some((requests.contains_key("ephemeral-storage"), tolerates))
+    };
+    eventually(
+        "the StatefulSet with the toleration and the request",
+        TIMEOUT,
+        || async {
+            let sts = sts_api.get_opt(name).await.map_err(|e| e.to_string())?;
+            match sts.as_ref().and_then(template) {
+                Some((true, true)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"resource": {"storage": null}, "tolerations": null})),
+        )
+        .await
+        .expect("removing the toleration and the request");
+    eventually("both gone from the StatefulSet", TIMEOUT, || async {
+        let sts = sts_api.get(name).await.map_err(|e| e.to_string())?;
+        match template(&sts) {
+            Some((false, false)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}

@@ -4,23 +4,50 @@
 use serde_json::Value;
 
 /// Whether every field set in `desired` has the same value in `live`. Lists must match element
-/// by element (the API server keeps our order). Empty desired lists and maps match absent ones,
-/// and quantities match by value ("1024Mi" is "1Gi"), as the API server normalizes both.
+/// by element (the API server keeps our order). Empty desired lists and maps match absent ones.
+/// Quantities match by value ("1024Mi" is "1Gi"), as the API server normalizes them, but only
+/// where Kubernetes has quantities (resource requests and limits, `sizeLimit`): elsewhere "1"
+/// and "1000m" are different strings, e.g. in a nodeSelector.
 pub fn is_subset(desired: &Value, live: &Value) -> bool {
+    subset(desired, live, Field::Plain)
+}
+
+/// What kind of value a field holds, from its key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Plain,
+    /// A map whose values are quantities (`requests`, `limits`).
+    QuantityMap,
+    Quantity,
+}
+
+impl Field {
+    fn of_child(self, key: &str) -> Field {
+        match (self, key) {
+            (Field::QuantityMap, _) | (_, "sizeLimit") => Field::Quantity,
+            (_, "requests" | "limits") => Field::QuantityMap,
+            _ => Field::Plain,
+        }
+    }
+}
+
+fn subset(desired: &Value, live: &Value, field: Field) -> bool {
     match (desired, live) {
         (Value::Null, _) => true,
         (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, dv)| match l.get(k) {
-            Some(lv) => is_subset(dv, lv),
+            Some(lv) => subset(dv, lv, field.of_child(k)),
             None => is_empty(dv),
         }),
         (Value::Object(d), Value::Null) => d.is_empty(),
         (Value::Array(d), Value::Array(l)) => {
-            d.len() == l.len() && d.iter().zip(l).all(|(dv, lv)| is_subset(dv, lv))
+            d.len() == l.len() && d.iter().zip(l).all(|(dv, lv)| subset(dv, lv, Field::Plain))
         }
         (Value::Array(d), Value::Null) => d.is_empty(),
-        (Value::String(d), Value::String(l)) => d == l || same_quantity(d, l),
+        (Value::String(d), Value::String(l)) => {
+            d == l || (field == Field::Quantity && same_quantity(d, l))
+        }
         (Value::Number(d), Value::String(l)) | (Value::String(l), Value::Number(d)) => {
-            same_quantity(&d.to_string(), l)
+            field == Field::Quantity && same_quantity(&d.to_string(), l)
         }
         (d, l) => d == l,
     }
@@ -66,12 +93,16 @@ mod tests {
     #[test]
     fn normalized_quantities_and_empty_collections_match() {
         assert!(is_subset(
-            &json!({"memory": "1024Mi", "cpu": "0.5"}),
-            &json!({"memory": "1Gi", "cpu": "500m"})
+            &json!({"resources": {"requests": {"memory": "1024Mi", "cpu": "0.5"}}}),
+            &json!({"resources": {"requests": {"memory": "1Gi", "cpu": "500m"}}})
+        ));
+        assert!(is_subset(
+            &json!({"limits": {"memory": "256Mi"}, "emptyDir": {"sizeLimit": "1024Mi"}}),
+            &json!({"limits": {"memory": "268435456"}, "emptyDir": {"sizeLimit": "1Gi"}})
         ));
         assert!(!is_subset(
-            &json!({"memory": "1Gi"}),
-            &json!({"memory": "2Gi"})
+            &json!({"requests": {"memory": "1Gi"}}),
+            &json!({"requests": {"memory": "2Gi"}})
         ));
         assert!(is_subset(
             &json!({"tolerations": [], "labels": {}}),
@@ -81,5 +112,19 @@ mod tests {
             &json!({"image": "valkey:9"}),
             &json!({"image": "valkey:10"})
         ));
+    }
+
+    #[test]
+    fn quantity_rules_stay_in_quantity_fields() {
+        // A nodeSelector value "1" is not the label value "1000m", nor is an image tag a size.
+        assert!(!is_subset(
+            &json!({"nodeSelector": {"tier": "1"}}),
+            &json!({"nodeSelector": {"tier": "1000m"}})
+        ));
+        assert!(!is_subset(
+            &json!({"annotations": {"size": "1Gi"}}),
+            &json!({"annotations": {"size": "1024Mi"}})
+        ));
+        assert!(!is_subset(&json!({"port": "6379"}), &json!({"port": 6379})));
     }
 }
