@@ -1078,3 +1078,99 @@ async fn fields_removed_from_the_spec_leave_the_statefulset() {
     })
     .await;
 }
+
+/// A growth the StorageClass cannot carry out is refused in the status before any claim is
+/// touched, and can be taken back: spec.volume.storage may return to the size the volumes have.
+#[tokio::test]
+async fn a_growth_the_storage_class_refuses_is_reported_and_can_be_taken_back() {
+    let mut env = Env::new("e2e-noexpand").await;
+    let _operator = env.start_leader().await;
+    let class = format!("fixed-{}", env.ns.name);
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(env.client());
+    classes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": class},
+                // Served by the local cluster's fake provisioner, but not expandable.
+                "provisioner": "kwok.x-k8s.io/volume",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": "Delete",
+            }))
+            .unwrap(),
+        )
+        .await
+        .expect("creating a StorageClass without allowVolumeExpansion");
+    let name = "fixed";
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "volume": {"storage": "1Gi", "storageClassName": class}}),
+    )
+    .await;
+    let running = wait_running(&env, name, 1).await;
+    assert_eq!(
+        running
+            .status
+            .as_ref()
+            .and_then(|s| s.volume_storage.as_deref()),
+        Some("1Gi"),
+        "status.volumeStorage says what the volumes are"
+    );
+
+    let valkeys = env.api::<Valkey>();
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"volume": {"storage": "2Gi"}})),
+        )
+        .await
+        .expect("growing is allowed by the API");
+    wait_for(&env, name, "the refusal in status", TIMEOUT, |v| {
+        let status = v.status.as_ref().ok_or("no status")?;
+        (status.status == Some(Phase::Failed)
+            && status.error.contains("does not allow volume expansion")
+            && status.error.contains(&class)
+            && status.error.contains("back to 1Gi"))
+        .then_some(())
+        .ok_or_else(|| "not refused yet".to_owned())
+    })
+    .await;
+    let claim = env
+        .api::<PersistentVolumeClaim>()
+        .get(&ObjectNames::new(name).volume_claim(0))
+        .await
+        .expect("the claim");
+    let requested = claim
+        .spec
+        .and_then(|s| s.resources)
+        .and_then(|r| r.requests)
+        .and_then(|r| r.get("storage").cloned())
+        .map(|q| q.0);
+    assert_eq!(requested.as_deref(), Some("1Gi"), "no claim was touched");
+
+    // Below what the volumes are is still refused; back to it is accepted, and heals.
+    let shrink = valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"volume": {"storage": "512Mi"}})),
+        )
+        .await;
+    assert!(
+        shrink.is_err(),
+        "shrinking below status.volumeStorage is refused"
+    );
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"volume": {"storage": "1Gi"}})),
+        )
+        .await
+        .expect("going back to the size the volumes have is allowed");
+    wait_running(&env, name, 1).await;
+    let _ = classes.delete(&class, &DeleteParams::default()).await;
+}

@@ -40,6 +40,9 @@ use super::defaults;
     printcolumn = r#"{"name":"Last reconcile","type":"date","jsonPath":".status.lastReconcileAt","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new(name_rule()).message(Message::Message(name_message())),
+    validation = Rule::new(VOLUME_NEVER_SHRINKS_RULE)
+        .message(Message::Message(VOLUME_NEVER_SHRINKS_MESSAGE.into()))
+        .field_path(".spec.volume.storage"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeySpec {
@@ -101,6 +104,18 @@ pub struct ValkeySpec {
 /// Every object the operator derives from a Valkey is named `<name>` or `<name>-<suffix>`, and a
 /// StatefulSet adds a revision hash to its name in a label value (63 characters at most), so the
 /// name is kept short, and starts with a letter because Service names must.
+/// spec.volume.storage never goes below what the volumes are: it may grow, and a growth that
+/// never happened (the StorageClass does not allow expansion) may be taken back down to the size
+/// the operator last saw on the claims, `status.volumeStorage`. A rule on the whole object,
+/// because a field's own rule cannot see the status.
+const VOLUME_NEVER_SHRINKS_RULE: &str = "!has(oldSelf.spec) || !has(self.spec.volume) || !has(oldSelf.spec.volume) \
+|| !has(self.spec.volume.storage) || !has(oldSelf.spec.volume.storage) \
+|| !isQuantity(self.spec.volume.storage) || !isQuantity(oldSelf.spec.volume.storage) \
+|| quantity(self.spec.volume.storage).compareTo(quantity(oldSelf.spec.volume.storage)) >= 0 \
+|| (has(self.status) && has(self.status.volumeStorage) && isQuantity(self.status.volumeStorage) \
+&& quantity(self.spec.volume.storage).compareTo(quantity(self.status.volumeStorage)) >= 0)";
+const VOLUME_NEVER_SHRINKS_MESSAGE: &str = "spec.volume.storage can grow but never shrink below the size the volumes have (status.volumeStorage): set it to at least that size";
+
 fn name_rule() -> String {
     format!(
         "size(self.metadata.name) <= {} && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
@@ -146,14 +161,13 @@ pub struct VolumeSpec {
         .message(Message::Message("spec.volume.enabled cannot change after creation; create a new Valkey instead".into())))]
     pub enabled: bool,
 
-    /// Size of each pod's volume, e.g. 1Gi. May grow, never shrink.
+    /// Size of each pod's volume, e.g. 1Gi. May grow, never below the size the volumes have
+    /// (status.volumeStorage): a growth the StorageClass refuses can be taken back.
     #[serde(default = "defaults::storage")]
     #[schemars(length(min = 1, max = 64))]
     #[x_kube(
         validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
             .message(Message::Message("spec.volume.storage must be a positive quantity, e.g. 1Gi".into())),
-        validation = Rule::new("!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0")
-            .message(Message::Message("spec.volume.storage can grow but never shrink: set it to at least its current size".into())),
     )]
     pub storage: String,
 
@@ -312,6 +326,10 @@ pub struct ValkeyStatus {
     /// The pod that takes writes now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary: Option<String>,
+    /// The size of each pod's volume now (the StatefulSet's claim template); spec.volume.storage
+    /// may be set back to it when a growth cannot be carried out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_storage: Option<String>,
     /// Label selector of the instance's pods (for the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,

@@ -44,6 +44,15 @@ pub enum Error {
         source: kube::Error,
     },
 
+    #[error(
+        "cannot grow the volumes from {from} to {to} (spec.volume.storage): StorageClass {class} does not allow volume expansion; nothing was changed: set spec.volume.storage back to {from}, or enable allowVolumeExpansion on the class if its driver supports it"
+    )]
+    VolumeExpansionNotAllowed {
+        class: String,
+        from: String,
+        to: String,
+    },
+
     #[error("{0}")]
     Build(#[from] BuildError),
 
@@ -60,6 +69,7 @@ impl Error {
             Error::PasswordKeyMissing { .. } => "PasswordKeyMissing",
             Error::PasswordNotText { .. } => "PasswordNotText",
             Error::VolumeResize { .. } => "VolumeResizeFailed",
+            Error::VolumeExpansionNotAllowed { .. } => "VolumeExpansionNotAllowed",
             Error::Build(_) => "InvalidSpec",
             Error::Kube(_) => "KubernetesApiError",
         }

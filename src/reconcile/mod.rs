@@ -10,6 +10,7 @@ mod volumes;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::Recorder;
@@ -109,7 +110,15 @@ async fn converge(
     }
     let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), namespace);
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
-    let resize = volumes::grow(&statefulsets, &claims, valkey, &desired.statefulset).await?;
+    let storage_classes = Api::<StorageClass>::all(client.clone());
+    let resize = volumes::grow(
+        &statefulsets,
+        &claims,
+        &storage_classes,
+        valkey,
+        &desired.statefulset,
+    )
+    .await?;
     changes.extend(resize.changes);
     if !resize.statefulset_replaced {
         let sts = apply::apply(&statefulsets, &desired.statefulset).await?;

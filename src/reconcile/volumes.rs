@@ -4,7 +4,10 @@
 //! orphaned, and the next apply re-creates it with the new template and adopts the same pods.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -12,9 +15,10 @@ use tracing::info;
 
 use super::{Change, Error};
 use crate::api::Valkey;
-use crate::api::names::{self, DATA_VOLUME};
+use crate::api::names;
 use crate::apply::Outcome;
 use crate::desired::quantity::quantity_millis;
+use crate::status::claim_template_size;
 
 /// What resizing did: the changes, and whether the StatefulSet is gone for now (so it must not
 /// be applied until its deletion is finished and the next reconcile re-creates it).
@@ -28,6 +32,7 @@ pub struct Resize {
 pub async fn grow(
     statefulsets: &Api<StatefulSet>,
     claims: &Api<PersistentVolumeClaim>,
+    storage_classes: &Api<StorageClass>,
     valkey: &Valkey,
     desired: &StatefulSet,
 ) -> Result<Resize, Error> {
@@ -35,7 +40,7 @@ pub async fn grow(
         changes: Vec::new(),
         statefulset_replaced: false,
     };
-    let Some(want) = claim_size(desired) else {
+    let Some(want) = claim_template_size(desired) else {
         return Ok(resize);
     };
     let Some(live) = statefulsets.get_opt(&desired.name_any()).await? else {
@@ -45,17 +50,18 @@ pub async fn grow(
         resize.statefulset_replaced = true;
         return Ok(resize);
     }
-    let Some(have) = claim_size(&live) else {
+    let Some(have) = claim_template_size(&live) else {
         return Ok(resize);
     };
     if !is_larger(&want, &have) {
         return Ok(resize);
     }
     let selector = names::instance_selector(&valkey.name_any());
-    for claim in claims
+    let instance_claims = claims
         .list(&ListParams::default().labels(&selector))
-        .await?
-    {
+        .await?;
+    check_expansion_allowed(storage_classes, &instance_claims.items, &have, &want).await?;
+    for claim in instance_claims {
         let current = claim_request(&claim).unwrap_or_default();
         if !is_larger(&want, &current) {
             continue;
@@ -96,13 +102,33 @@ pub async fn grow(
     Ok(resize)
 }
 
-fn claim_size(sts: &StatefulSet) -> Option<String> {
-    sts.spec
-        .volume_claim_templates
-        .as_ref()?
+/// Refuses a growth the StorageClass of the claims would refuse, before any claim is touched, so
+/// the instance is not left with some claims grown and a StatefulSet that cannot follow. A class
+/// that cannot be read is not judged here: the API server refuses the resize itself then.
+async fn check_expansion_allowed(
+    storage_classes: &Api<StorageClass>,
+    claims: &[PersistentVolumeClaim],
+    from: &str,
+    to: &str,
+) -> Result<(), Error> {
+    let classes: BTreeSet<String> = claims
         .iter()
-        .find(|t| t.metadata.name.as_deref() == Some(DATA_VOLUME))
-        .and_then(claim_request)
+        .filter_map(|c| c.spec.as_ref()?.storage_class_name.clone())
+        .filter(|c| !c.is_empty())
+        .collect();
+    for class in classes {
+        let Some(storage_class) = storage_classes.get_opt(&class).await? else {
+            continue;
+        };
+        if storage_class.allow_volume_expansion != Some(true) {
+            return Err(Error::VolumeExpansionNotAllowed {
+                class,
+                from: from.to_owned(),
+                to: to.to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn claim_request(claim: &PersistentVolumeClaim) -> Option<String> {

@@ -49,6 +49,11 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
         error: observed.error.clone().unwrap_or_default(),
         ready_replicas: ready,
         primary: if desired == 0 { None } else { primary },
+        volume_storage: observed
+            .statefulset
+            .and_then(claim_template_size)
+            .or(previous.volume_storage.clone())
+            .filter(|_| valkey.spec.volume.enabled),
         selector: Some(names::instance_selector(valkey_name(valkey))),
         observed_generation: valkey.metadata.generation,
         last_reconcile_at: previous.last_reconcile_at.clone(),
@@ -239,4 +244,23 @@ pub fn choose_primary(valkey: &Valkey) -> Option<String> {
         }
         _ => Some(ObjectNames::new(name).pod(0)),
     }
+}
+
+/// The size each pod's volume is created with and was last grown to: the storage request of
+/// the StatefulSet's data claim template.
+pub fn claim_template_size(sts: &StatefulSet) -> Option<String> {
+    let template = sts
+        .spec
+        .volume_claim_templates
+        .as_ref()?
+        .iter()
+        .find(|t| t.metadata.name.as_deref() == Some(names::DATA_VOLUME))?;
+    let requests = template
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?;
+    requests.get("storage").map(|q| q.0.clone())
 }
