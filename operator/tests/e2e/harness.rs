@@ -268,6 +268,12 @@ impl Operator {
         let _ = self.child.wait();
     }
 
+    /// `/readyz`: `Ok` when it answers 200, else what it answered.
+    #[allow(dead_code)] // used by tests/outage.rs
+    pub async fn ready(&self) -> Result<(), String> {
+        http_get(self.http, "/readyz").await.map(|_| ())
+    }
+
     pub async fn metrics(&self) -> Result<String, String> {
         http_get(self.http, "/metrics").await
     }
