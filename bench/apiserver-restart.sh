@@ -5,10 +5,11 @@
 # killing the API server must not disturb anything else), with N Valkeys Running and the operator
 # (release build) running as its own process under the shipped ServiceAccount and RBAC, each run:
 #   1. SIGKILLs kube-apiserver, waits OUTAGE seconds, restarts it (`hack/cluster up`);
-#   2. as soon as the API server answers again (GET /version), changes one Valkey's
-#      spec.resource.memory and deletes its read-write Service;
-#   3. measures, from the moment the API server answered, until the Service is recreated and until
-#      the StatefulSet carries the new memory.
+#   2. as soon as the API server is ready again (GET /readyz passes; /version answers earlier, but
+#      until /readyz passes requests are refused, e.g. 403 while its RBAC caches fill), changes one
+#      Valkey's spec.resource.memory and deletes its read-write Service;
+#   3. measures, from the moment /readyz passed, until the Service is recreated and until the
+#      StatefulSet carries the new memory (and prints when /version first answered, for reference).
 # RUNS runs for each outage in OUTAGES; prints every run and the median per outage.
 #
 #   bench/apiserver-restart.sh                         RUNS=5 OUTAGES="0 35" N=10
@@ -22,6 +23,7 @@
 #   GIVE_UP       seconds to wait for the operator to act before a run counts as failed (default 300)
 #   OPERATOR_BIN  the operator binary (default: cargo build --release, target/release/valkey-operator)
 #   VALKEY_OPERATOR_CLUSTER  the cluster (default restart-bench); taken down at the end unless KEEP=1
+#   VALKEY_OPERATOR_APISERVER_PORT  its API server's port (default: a free one from the ephemeral range)
 #
 # Results: target/bench/<run>/results.txt (and the operator's log next to it).
 set -euo pipefail
@@ -35,6 +37,9 @@ OUTAGES=${OUTAGES:-"0 35"}
 GIVE_UP=${GIVE_UP:-300}
 KEEP=${KEEP:-}
 export VALKEY_OPERATOR_CLUSTER=${VALKEY_OPERATOR_CLUSTER:-restart-bench}
+# A fixed API server port from the ephemeral range: kwokctl picks ports counting down from 32765,
+# so a cluster created by anyone while the API server is stopped could take a port kwokctl chose.
+export VALKEY_OPERATOR_APISERVER_PORT=${VALKEY_OPERATOR_APISERVER_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 
 RUN=restart-$(date +%Y%m%d-%H%M%S)-$$
 WORK=$ROOT/target/bench/$RUN
@@ -128,9 +133,15 @@ running_count() {
   kubectl -n "$NS" get valkeys -o jsonpath='{range .items[*]}{.status.status}{"\n"}{end}' 2>/dev/null | grep -c '^Running$' || true
 }
 wait_all_running() {
-  local deadline=$((SECONDS + GIVE_UP))
+  local deadline=$((SECONDS + GIVE_UP)) next_up=$((SECONDS + 5))
   until (($(running_count) == N)); do
     ((SECONDS < deadline)) || die "not all $N Valkeys Running within ${GIVE_UP}s"
+    # Nothing restarts a crashed component here (kube-scheduler sometimes exits a while after an
+    # outage, "scheduler cache is corrupted"): hack/cluster up does, and is quick when all runs.
+    if ((SECONDS >= next_up)); then
+      hack/cluster up >>"$WORK/cluster-up.log" 2>&1 || die "hack/cluster up failed: $WORK/cluster-up.log"
+      next_up=$((SECONDS + 5))
+    fi
     sleep 0.5
   done
 }
@@ -146,13 +157,14 @@ retry() { # retry <what> <command...>: every 0.1 s, for at most GIVE_UP seconds
   done
 }
 api_answers() { kubectl get --raw /version --request-timeout=1s >/dev/null 2>&1; }
+api_ready() { kubectl get --raw /readyz --request-timeout=1s >/dev/null 2>&1; }
 sts_memory() {
   kubectl -n "$NS" get statefulset "$1" -o jsonpath='{.spec.template.spec.containers[0].resources.limits.memory}' 2>/dev/null || true
 }
 service_uid() { kubectl -n "$NS" get service "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null || true; }
 
 RESULTS=$WORK/results.txt
-printf '%-8s %-4s %-10s %-16s %-16s\n' outage run instance service_back_s statefulset_s | tee "$RESULTS"
+printf '%-8s %-4s %-10s %-16s %-16s %s\n' outage run instance service_back_s statefulset_s version_answered_s_before | tee "$RESULTS"
 run=0
 for outage in $OUTAGES; do
   for ((r = 1; r <= RUNS; r++)); do
@@ -166,6 +178,8 @@ for outage in $OUTAGES; do
     hack/cluster up >>"$WORK/cluster-up.log" 2>&1 &
     up_pid=$!
     retry "the API server to answer" api_answers
+    answered=$(now)
+    retry "the API server to be ready" api_ready
     back=$(now)
     # Writes may be refused while the API server's storage initializes: retry them.
     retry "changing $name" kubectl -n "$NS" patch valkey "$name" --type merge \
@@ -182,7 +196,7 @@ for outage in $OUTAGES; do
       sleep 0.1
     done
     wait "$up_pid" || die "hack/cluster up failed: $WORK/cluster-up.log"
-    printf '%-8s %-4s %-10s %-16s %-16s\n' "${outage}s" "$r" "$name" "$svc" "$sts" | tee -a "$RESULTS"
+    printf '%-8s %-4s %-10s %-16s %-16s %s\n' "${outage}s" "$r" "$name" "$svc" "$sts" "$(elapsed "$answered" "$back")" | tee -a "$RESULTS"
     kill -0 "$OPERATOR_PID" 2>/dev/null || die "the operator exited: $WORK/operator.log"
     wait_all_running
   done

@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use valkey_core::api::Valkey;
 
 #[derive(Parser, Debug)]
@@ -241,6 +241,7 @@ impl Leading<'_> {
                 _ = shutdown.wait_for(|s| *s) => return Ok(Stop::Shutdown),
             }
         }
+        let mut failed_before = false;
         let manager = loop {
             let built = LeaseManagerBuilder::new(self.client.clone(), lease_name)
                 .with_namespace(&namespace)
@@ -251,8 +252,12 @@ impl Leading<'_> {
                 .await;
             match built {
                 Ok(manager) => break manager,
+                Err(e) if failed_before => {
+                    debug!(error = %e, lease = %lease_name, %namespace, "setting up the leader Lease; retrying");
+                }
                 Err(e) => {
-                    warn!(error = %e, lease = %lease_name, %namespace, "setting up the leader Lease; retrying");
+                    warn!(error = %e, lease = %lease_name, %namespace, "setting up the leader Lease; retrying every second");
+                    failed_before = true;
                 }
             }
             tokio::select! {

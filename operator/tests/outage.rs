@@ -83,13 +83,17 @@ fn restart_stopped_components() {
     );
 }
 
-/// Restarts the stopped components; returns when the API server first answered again (before
-/// `hack/cluster up` has finished settling).
+/// Restarts the stopped components; returns when the API server's /readyz first passed again
+/// (before `hack/cluster up` has finished settling). /version answers seconds earlier, but until
+/// /readyz passes the API server refuses requests (e.g. 403 before its RBAC caches are filled).
 async fn restart_api_server(env: &Env) -> Instant {
     let up = std::thread::spawn(restart_stopped_components);
     let client = env.client();
-    let back = eventually("the API server to answer again", TIMEOUT, || async {
-        match tokio::time::timeout(Duration::from_secs(1), client.apiserver_version()).await {
+    let back = eventually("the API server to be ready again", TIMEOUT, || async {
+        let request = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(Duration::from_secs(1), client.request_text(request)).await {
             Ok(Ok(_)) => Ok(Instant::now()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("no answer within 1s".to_owned()),
@@ -176,6 +180,27 @@ fn container_memory(sts: &StatefulSet) -> Option<String> {
     limits.get("memory").map(|q| q.0.clone())
 }
 
+/// `wait_running`, restarting any component that stopped meanwhile: kube-scheduler sometimes exits
+/// a while after an outage ("scheduler cache is corrupted") and nothing restarts it here.
+async fn wait_running_again(env: &Env, name: &str) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        restart_stopped_components();
+        let reason = match env.api::<Valkey>().get(name).await {
+            Ok(valkey) => match running(&valkey, 1) {
+                Ok(()) => return,
+                Err(reason) => reason,
+            },
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "{name} not Running within {TIMEOUT:?}: {reason}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 fn assert_alive(operator: &mut Operator) {
     assert!(
         operator.running(),
@@ -211,7 +236,7 @@ async fn after_api_server_and_etcd_restarts_changes_are_acted_on_within_15s() {
         harness::metric_sum(&metrics, "valkey_operator_watch_restarts_total") > restarts_before,
         "the watch restarts are counted:\n{metrics}"
     );
-    wait_running(&env, name, 1).await;
+    wait_running_again(&env, name).await;
 
     // 2. kube-apiserver down for 35 s: the leader stops being ready and gives its Lease up, then
     // leads again and acts.
@@ -263,7 +288,7 @@ async fn after_api_server_and_etcd_restarts_changes_are_acted_on_within_15s() {
         "the same process holds the Lease again"
     );
     eventually("/readyz to pass again", TIMEOUT, || operator.ready()).await;
-    wait_running(&env, name, 1).await;
+    wait_running_again(&env, name).await;
 
     // 3. etcd killed under a running API server (which keeps answering), restarted 5 s later;
     // `hack/cluster up` returns once the API server's /readyz (which checks etcd) passes.
@@ -274,7 +299,7 @@ async fn after_api_server_and_etcd_restarts_changes_are_acted_on_within_15s() {
     let (service, sts) = act_after_outage(&env, name, "384Mi", back).await;
     eprintln!("etcd restart: Service back after {service:.1}s, StatefulSet after {sts:.1}s");
     assert_alive(&mut operator);
-    wait_running(&env, name, 1).await;
+    wait_running_again(&env, name).await;
 
     let log = operator.log_text();
     let warnings = log

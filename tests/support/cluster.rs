@@ -39,6 +39,7 @@ fn cache_dir() -> PathBuf {
 }
 
 static CLUSTER: OnceLock<String> = OnceLock::new();
+static APISERVER_PORT: OnceLock<u16> = OnceLock::new();
 
 /// Which cluster of the cache this test binary uses (`VALKEY_OPERATOR_CLUSTER` of hack/cluster):
 /// `cluster` unless the environment or `use_own_cluster` says otherwise.
@@ -54,6 +55,11 @@ pub fn cluster_name() -> &'static str {
 /// Makes this test binary run on a cluster of its own, `name`, started from the same cache's
 /// binaries (for tests that break the control plane: the other tests keep theirs). Call it first
 /// thing, before any other helper.
+///
+/// Its API server gets a fixed port (VALKEY_OPERATOR_APISERVER_PORT) from the kernel's ephemeral
+/// range: kwokctl picks the ports of new clusters counting down from 32765, so while a test has
+/// the API server stopped, a cluster created meanwhile (by anyone on the machine) could take a
+/// port kwokctl chose, but not this one.
 pub fn use_own_cluster(name: &str) {
     let _ = CLUSTER.set(name.to_owned());
     assert_eq!(
@@ -61,6 +67,11 @@ pub fn use_own_cluster(name: &str) {
         name,
         "use_own_cluster must come before any other cluster helper"
     );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("finding a free port for the API server");
+    let _ = APISERVER_PORT.set(port);
 }
 
 /// `hack/cluster ARG` for this binary's cluster.
@@ -69,6 +80,9 @@ pub fn hack_cluster(arg: &str) -> Command {
     command
         .arg(arg)
         .env("VALKEY_OPERATOR_CLUSTER", cluster_name());
+    if let Some(port) = APISERVER_PORT.get() {
+        command.env("VALKEY_OPERATOR_APISERVER_PORT", port.to_string());
+    }
     command
 }
 
