@@ -1,6 +1,11 @@
 //! Wires the library's reconcile to a kube-runtime Controller: the Valkeys, the children it
 //! owns (watched by label, so the cache holds only what the operator manages), their pods, and
 //! the metadata of password Secrets users point at (so a new or rotated password acts at once).
+//!
+//! Every watch is a `health::resilient` stream: it recovers on its own (fresh list, own backoff)
+//! and reports to `Health`, so no watch error ever reaches the Controller, whose one backoff
+//! shared by all trigger streams would otherwise stall every watch for up to 30 s per error (after
+//! an API server restart: minutes of deafness, see issue 14).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,17 +16,19 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{Action, Controller, Error as ControllerError};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 use valkey_core::api::Valkey;
 use valkey_core::api::names::{self, labels};
 use valkey_core::reconcile::{self, Error};
 
+use crate::health::{self, Health};
 use crate::metrics::Metrics;
 
 /// A healthy instance is looked at again after this long even without any event: a safety net,
@@ -30,6 +37,7 @@ const RESYNC: Duration = Duration::from_secs(30 * 60);
 const BACKOFF_BASE: Duration = Duration::from_secs(2);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
+#[derive(Clone)]
 pub struct Options {
     /// Watch only this namespace; all namespaces when absent.
     pub namespace: Option<String>,
@@ -41,8 +49,24 @@ pub struct Options {
 struct State {
     context: reconcile::Context,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
     /// Consecutive failures per instance, for exponential backoff.
     failures: Mutex<HashMap<ObjectRef<Valkey>, u32>>,
+}
+
+/// A resilient watcher (see health.rs) named `watch` in logs and metrics.
+fn resilient_watch<K>(
+    name: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    health: &Arc<Health>,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    health::resilient(name, health.clone(), move || {
+        watcher::watcher(api.clone(), config.clone())
+    })
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -61,16 +85,22 @@ pub async fn run(
     client: Client,
     options: Options,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
     store_tx: watch::Sender<Option<Store<Valkey>>>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = options.namespace.as_deref();
     let managed = watcher::Config::default().labels(&names::managed_selector());
-    let controller = Controller::new(
+    let (store, writer) = reflector::store::<Valkey>();
+    let valkeys = resilient_watch(
+        "valkeys",
         api::<Valkey>(&client, ns),
         watcher::Config::default().any_semantic(),
-    );
-    let store = controller.store();
+        &health,
+    )
+    .reflect(writer)
+    .applied_objects();
+    let controller = Controller::for_stream(valkeys, store.clone());
     let _ = store_tx.send(Some(store.clone()));
 
     let referencing = store.clone();
@@ -87,23 +117,73 @@ pub async fn run(
             recorder,
         },
         metrics,
+        health: health.clone(),
         failures: Mutex::new(HashMap::new()),
     });
 
+    // Owned children: metadata only (owner references and labels are all that is needed).
     controller
-        .owns(api::<StatefulSet>(&client, ns), managed.clone())
-        .owns(api::<Service>(&client, ns), managed.clone())
-        .owns(api::<ConfigMap>(&client, ns), managed.clone())
-        .owns(api::<Secret>(&client, ns), managed.clone())
-        .owns(api::<PodDisruptionBudget>(&client, ns), managed.clone())
-        .watches(api::<Pod>(&client, ns), managed, |pod| {
-            let instance = pod.labels().get(labels::INSTANCE)?;
-            Some(ObjectRef::new(instance).within(&pod.namespace()?))
-        })
+        .owns_stream(
+            resilient_watch(
+                "statefulsets",
+                api::<PartialObjectMeta<StatefulSet>>(&client, ns),
+                managed.clone(),
+                &health,
+            )
+            .touched_objects(),
+        )
+        .owns_stream(
+            resilient_watch(
+                "services",
+                api::<PartialObjectMeta<Service>>(&client, ns),
+                managed.clone(),
+                &health,
+            )
+            .touched_objects(),
+        )
+        .owns_stream(
+            resilient_watch(
+                "configmaps",
+                api::<PartialObjectMeta<ConfigMap>>(&client, ns),
+                managed.clone(),
+                &health,
+            )
+            .touched_objects(),
+        )
+        .owns_stream(
+            resilient_watch(
+                "secrets",
+                api::<PartialObjectMeta<Secret>>(&client, ns),
+                managed.clone(),
+                &health,
+            )
+            .touched_objects(),
+        )
+        .owns_stream(
+            resilient_watch(
+                "poddisruptionbudgets",
+                api::<PartialObjectMeta<PodDisruptionBudget>>(&client, ns),
+                managed.clone(),
+                &health,
+            )
+            .touched_objects(),
+        )
+        .watches_stream(
+            resilient_watch("pods", api::<Pod>(&client, ns), managed, &health).touched_objects(),
+            |pod| {
+                let instance = pod.labels().get(labels::INSTANCE)?;
+                Some(ObjectRef::new(instance).within(&pod.namespace()?))
+            },
+        )
         // Metadata only: the operator never caches other Secrets' contents.
-        .watches(
-            api::<PartialObjectMeta<Secret>>(&client, ns),
-            watcher::Config::default(),
+        .watches_stream(
+            resilient_watch(
+                "password-secrets",
+                api::<PartialObjectMeta<Secret>>(&client, ns),
+                watcher::Config::default(),
+                &health,
+            )
+            .touched_objects(),
             move |secret| {
                 users_of_secret(
                     &referencing,
@@ -116,11 +196,15 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(reconcile_one, error_policy, state)
         .for_each(|result| async move {
-            if let Err(e) = result {
-                warn!(error = %e, "controller");
+            match result {
+                Ok(_) => {}
+                // Already logged by reconcile_one.
+                Err(e @ ControllerError::ReconcilerFailed(..)) => debug!(error = %e, "controller"),
+                Err(e) => warn!(error = %e, "controller"),
             }
         })
         .await;
+    health.watches_stopped();
     info!("controller stopped");
 }
 
@@ -165,7 +249,12 @@ async fn reconcile_one(valkey: Arc<Valkey>, state: Arc<State>) -> Result<Action,
             Ok(Action::requeue(RESYNC))
         }
         Err(e) => {
-            warn!(error = %e, "reconcile failed");
+            // During an outage every instance fails the same way; health.rs says it once.
+            if state.health.in_outage() {
+                debug!(error = %e, "reconcile failed during an outage of the API server");
+            } else {
+                warn!(error = %e, "reconcile failed");
+            }
             Err(e)
         }
     }

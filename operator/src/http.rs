@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use axum::Router;
@@ -13,14 +12,16 @@ use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 use valkey_core::api::Valkey;
 
+use crate::health;
 use crate::metrics::Metrics;
 
 /// What the endpoints report on, shared with the controller.
 #[derive(Clone)]
 pub struct Health {
     pub metrics: Arc<Metrics>,
-    /// Set once the API server answered; cleared never (liveness is about the process).
-    pub ready: Arc<AtomicBool>,
+    /// Readiness: the API server answered and the watches work (see health.rs). Liveness
+    /// (/healthz) is about the process only.
+    pub health: Arc<health::Health>,
     /// The controller's Valkey cache, once this process leads.
     pub store: watch::Receiver<Option<Store<Valkey>>>,
 }
@@ -46,13 +47,9 @@ pub async fn serve(
 }
 
 async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
-    if health.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not connected to the API server yet",
-        )
+    match health.health.ready() {
+        Ok(()) => (StatusCode::OK, "ok"),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }
 
@@ -60,7 +57,7 @@ async fn metrics(
     State(health): State<Health>,
 ) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     let store = health.store.borrow().clone();
-    let body = health.metrics.render(store.as_ref());
+    let body = health.metrics.render(store.as_ref(), &health.health);
     (
         [(
             axum::http::header::CONTENT_TYPE,

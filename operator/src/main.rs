@@ -1,6 +1,7 @@
 //! `valkey-operator`: runs Valkey instances on Kubernetes.
 
 mod controller;
+mod health;
 mod http;
 mod metrics;
 mod telemetry;
@@ -8,14 +9,14 @@ mod telemetry;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use valkey_core::api::Valkey;
 
 #[derive(Parser, Debug)]
@@ -102,16 +103,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(forward_signals(shutdown_tx));
     let metrics = metrics::Metrics::new();
-    let ready = Arc::new(AtomicBool::new(false));
+    let health = health::Health::new(metrics.clone());
     let (store_tx, store_rx) = watch::channel(None);
-    let health = http::Health {
+    let endpoints = http::Health {
         metrics: metrics.clone(),
-        ready: ready.clone(),
+        health: health.clone(),
         store: store_rx,
     };
     let server = tokio::spawn(http::serve(
         args.http_addr,
-        health,
+        endpoints,
         wait_for(shutdown_rx.clone()),
     ));
 
@@ -119,7 +120,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .apiserver_version()
         .await
         .context("reaching the Kubernetes API server")?;
-    ready.store(true, Ordering::Relaxed);
+    health.api_answered();
+    let probe = tokio::spawn(probe_api_server(client.clone(), health.clone()));
 
     let options = controller::Options {
         namespace: args.watch_namespace.clone(),
@@ -133,92 +135,234 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             client.clone(),
             options,
             metrics.clone(),
+            health.clone(),
             store_tx,
             wait_for(shutdown_rx.clone()),
         )
         .await;
         Ok(())
     } else {
-        lead_then_run(
+        let leading = Leading {
             client,
-            &args,
+            args: &args,
             identity,
             options,
-            metrics.clone(),
+            metrics: metrics.clone(),
+            health,
             store_tx,
-            shutdown_rx.clone(),
-        )
-        .await
+        };
+        leading.run(shutdown_rx.clone()).await
     };
+    probe.abort();
     server.abort();
     outcome
 }
 
-/// Waits for the leader Lease, then runs the controller until shutdown. Losing the Lease while
-/// running ends the process with an error, so that no two leaders ever reconcile at once.
-async fn lead_then_run(
+/// How often, and with what timeout, the process asks the API server for /version: the signal of
+/// whether it can reach the API server at all, besides its watches.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn probe_api_server(client: kube::Client, health: Arc<health::Health>) {
+    loop {
+        match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
+            Ok(Ok(_)) => health.api_answered(),
+            Ok(Err(e)) => health.api_failed(&e),
+            Err(_) => health.api_failed(&format_args!("no answer within {PROBE_TIMEOUT:?}")),
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+}
+
+/// The leader Lease: valid this long after each renewal, renewed this long before it expires.
+const LEASE_SECONDS: u64 = 15;
+const LEASE_GRACE_SECONDS: u64 = 5;
+/// How often the leader looks at its health (health.rs: `Health::unhealthy`).
+const HEALTH_TICK: Duration = Duration::from_millis(250);
+/// Once told to stop, running reconciles get this long to finish; then they are cancelled.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Releasing the Lease is best effort: the API server may be the thing that is gone.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Shutdown,
+    LostLease,
+    Unhealthy,
+}
+
+/// Everything the leader loop needs.
+struct Leading<'a> {
     client: Client,
-    args: &RunArgs,
+    args: &'a RunArgs,
     identity: String,
     options: controller::Options,
     metrics: Arc<metrics::Metrics>,
+    health: Arc<health::Health>,
     store_tx: watch::Sender<Option<kube::runtime::reflector::Store<Valkey>>>,
-    mut shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let namespace = args
-        .lease_namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_owned());
-    let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-        .with_namespace(&namespace)
-        .with_identity(&identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await
-        .with_context(|| {
-            format!(
-                "setting up the leader Lease {namespace}/{}",
-                args.lease_name
-            )
-        })?;
-    let (mut leader, lease_task) = manager.watch().await;
-    info!(lease = %args.lease_name, %namespace, "waiting to become the leader");
-    loop {
-        if *leader.borrow_and_update() {
-            break;
-        }
-        tokio::select! {
-            changed = leader.changed() => changed.context("the leader election task stopped")?,
-            _ = shutdown.wait_for(|s| *s) => {
-                drop(leader);
-                let _ = lease_task.await;
-                return Ok(());
+}
+
+impl Leading<'_> {
+    /// Competes for the Lease and runs the controller while leading. Leadership follows health:
+    /// when the watches stay broken or the API server stays unreachable for longer than
+    /// `health::WATCH_BROKEN_BOUND`, the controller stops and the Lease is released (or, when
+    /// the API server cannot be told, simply not renewed), so a standby can take over; once the
+    /// API server answers again this process competes again. Losing the Lease to another process
+    /// while running ends the process with an error, so that no two leaders ever reconcile at
+    /// once.
+    async fn run(self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+        loop {
+            match self.lead_once(&mut shutdown).await? {
+                Stop::Shutdown => return Ok(()),
+                Stop::LostLease => {
+                    bail!(
+                        "lost the leader Lease; exiting so that a fresh process can compete for it"
+                    )
+                }
+                Stop::Unhealthy => continue,
             }
         }
     }
-    info!("became the leader");
-    metrics.set_leader(true);
-    let (lost_tx, mut lost_rx) = watch::channel(false);
-    let mut watch_leader = leader.clone();
-    let stop_shutdown = shutdown.clone();
-    let stop = async move {
-        let mut stop_shutdown = stop_shutdown;
-        tokio::select! {
-            _ = stop_shutdown.wait_for(|s| *s) => {}
-            _ = watch_leader.wait_for(|l| !*l) => { let _ = lost_tx.send(true); }
+
+    async fn lead_once(&self, shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<Stop> {
+        let namespace = self
+            .args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| self.client.default_namespace().to_owned());
+        let lease_name = &self.args.lease_name;
+        // After a step-down: wait for the API server to answer before competing again.
+        loop {
+            if self.health.ready().is_ok() {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(HEALTH_TICK) => {}
+                _ = shutdown.wait_for(|s| *s) => return Ok(Stop::Shutdown),
+            }
         }
-    };
-    controller::run(client, options, metrics.clone(), store_tx, stop).await;
-    metrics.set_leader(false);
-    drop(leader);
-    if let Ok(Err(e)) = lease_task.await {
-        warn!(error = %e, "releasing the leader Lease");
+        let mut failed_before = false;
+        let manager = loop {
+            let built = LeaseManagerBuilder::new(self.client.clone(), lease_name)
+                .with_namespace(&namespace)
+                .with_identity(&self.identity)
+                .with_duration(LEASE_SECONDS)
+                .with_grace(LEASE_GRACE_SECONDS)
+                .build()
+                .await;
+            match built {
+                Ok(manager) => break manager,
+                Err(e) if failed_before => {
+                    debug!(error = %e, lease = %lease_name, %namespace, "setting up the leader Lease; retrying");
+                }
+                Err(e) => {
+                    warn!(error = %e, lease = %lease_name, %namespace, "setting up the leader Lease; retrying every second");
+                    failed_before = true;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(PROBE_EVERY) => {}
+                _ = shutdown.wait_for(|s| *s) => return Ok(Stop::Shutdown),
+            }
+        };
+        let (mut leader, lease_task) = manager.watch().await;
+        info!(lease = %lease_name, %namespace, "waiting to become the leader");
+        loop {
+            if *leader.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                changed = leader.changed() => changed.context("the leader election task stopped")?,
+                _ = shutdown.wait_for(|s| *s) => {
+                    drop(leader);
+                    release(lease_task).await;
+                    return Ok(Stop::Shutdown);
+                }
+            }
+        }
+        info!("became the leader");
+        self.metrics.set_leader(true);
+
+        // Decide when to stop: shutdown, the Lease taken by another process, or bad health.
+        let (stop_tx, stop_rx) = watch::channel(None::<Stop>);
+        let decide = {
+            let mut shutdown = shutdown.clone();
+            let mut leader = leader.clone();
+            let health = self.health.clone();
+            tokio::spawn(async move {
+                let unhealthy = async {
+                    loop {
+                        tokio::time::sleep(HEALTH_TICK).await;
+                        if health.unhealthy() {
+                            return;
+                        }
+                    }
+                };
+                let reason = tokio::select! {
+                    _ = shutdown.wait_for(|s| *s) => Stop::Shutdown,
+                    _ = leader.wait_for(|l| !*l) => Stop::LostLease,
+                    _ = unhealthy => Stop::Unhealthy,
+                };
+                let _ = stop_tx.send(Some(reason));
+            })
+        };
+        let graceful = {
+            let mut stop = stop_rx.clone();
+            async move {
+                let _ = stop.wait_for(Option::is_some).await;
+            }
+        };
+        let controller = controller::run(
+            self.client.clone(),
+            self.options.clone(),
+            self.metrics.clone(),
+            self.health.clone(),
+            self.store_tx.clone(),
+            graceful,
+        );
+        let mut deadline = stop_rx.clone();
+        tokio::select! {
+            () = controller => {}
+            () = async {
+                let _ = deadline.wait_for(Option::is_some).await;
+                tokio::time::sleep(STOP_GRACE).await;
+            } => {
+                warn!(grace = ?STOP_GRACE, "running reconciles did not finish in time; cancelled them");
+                self.health.watches_stopped();
+            }
+        }
+        decide.abort();
+        let reason = (*stop_rx.borrow()).unwrap_or(Stop::Shutdown);
+        self.metrics.set_leader(false);
+        if reason == Stop::Unhealthy {
+            warn!(
+                bound_seconds = health::WATCH_BROKEN_BOUND.as_secs(),
+                "cannot see the cluster for longer than the bound: stopped reconciling and giving the leader Lease up until the API server answers again"
+            );
+            self.health.stepped_down();
+        }
+        drop(leader);
+        release(lease_task).await;
+        Ok(reason)
     }
-    if *lost_rx.borrow_and_update() {
-        bail!("lost the leader Lease; exiting so that a fresh process can compete for it");
+}
+
+/// Ends the Lease task (which releases the Lease), waiting at most `RELEASE_TIMEOUT`.
+async fn release(
+    lease_task: tokio::task::JoinHandle<
+        kube_lease_manager::Result<kube_lease_manager::LeaseManager>,
+    >,
+) {
+    let abort = lease_task.abort_handle();
+    match tokio::time::timeout(RELEASE_TIMEOUT, lease_task).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(e))) => warn!(error = %e, "releasing the leader Lease"),
+        Ok(Err(e)) => warn!(error = %e, "the leader Lease task failed"),
+        Err(_) => {
+            abort.abort();
+            warn!(timeout = ?RELEASE_TIMEOUT, "could not release the leader Lease in time; it expires on its own");
+        }
     }
-    Ok(())
 }
 
 fn default_identity() -> String {

@@ -1,7 +1,10 @@
-//! Prometheus metrics: reconciles, errors, durations, and instances by status (counted from the
-//! controller's cache at scrape time, so it can never drift from what the operator sees).
+//! Prometheus metrics: reconciles, errors, durations, instances by status (counted from the
+//! controller's cache at scrape time, so it can never drift from what the operator sees), and the
+//! health of the operator's watches (restarts, and how long each has been broken, read from
+//! `health::Health` at scrape time).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use kube::runtime::reflector::Store;
@@ -13,6 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use valkey_core::api::Valkey;
+
+use crate::health::Health;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -29,6 +34,11 @@ pub struct StatusLabels {
     pub status: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    pub watch: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<ResultLabels, Counter>,
@@ -36,6 +46,8 @@ pub struct Metrics {
     duration: Histogram,
     instances: Family<StatusLabels, Gauge>,
     leader: Gauge,
+    watch_restarts: Family<WatchLabels, Counter>,
+    watch_broken: Family<WatchLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -46,6 +58,8 @@ impl Metrics {
         let duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
         let instances = Family::<StatusLabels, Gauge>::default();
         let leader = Gauge::default();
+        let watch_restarts = Family::<WatchLabels, Counter>::default();
+        let watch_broken = Family::<WatchLabels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "reconciles",
             "Reconciles of Valkey instances, by result",
@@ -71,6 +85,16 @@ impl Metrics {
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
+        registry.register(
+            "watch_restarts",
+            "Watches started again (with a fresh list) after an error, by watch",
+            watch_restarts.clone(),
+        );
+        registry.register(
+            "watch_broken_seconds",
+            "How long each watch of the running controller has been failing (0 while it works)",
+            watch_broken.clone(),
+        );
         Arc::new(Self {
             registry,
             reconciles,
@@ -78,6 +102,8 @@ impl Metrics {
             duration,
             instances,
             leader,
+            watch_restarts,
+            watch_broken,
         })
     }
 
@@ -96,8 +122,21 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
-    /// The text exposition, with the instance gauge refreshed from `store` when there is one.
-    pub fn render(&self, store: Option<&Store<Valkey>>) -> String {
+    pub fn watch_restarted(&self, watch: &'static str) {
+        self.watch_restarts
+            .get_or_create(&WatchLabels { watch })
+            .inc();
+    }
+
+    /// The text exposition, with the instance gauge refreshed from `store` when there is one and
+    /// the watch gauge from `health`.
+    pub fn render(&self, store: Option<&Store<Valkey>>, health: &Health) -> String {
+        self.watch_broken.clear();
+        for (watch, broken_for) in health.report() {
+            self.watch_broken
+                .get_or_create(&WatchLabels { watch })
+                .set(broken_for.as_secs_f64());
+        }
         if let Some(store) = store {
             self.instances.clear();
             for valkey in store.state() {

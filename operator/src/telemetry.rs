@@ -1,5 +1,5 @@
 //! Logs through `tracing`: human-readable by default, JSON (one object per line) for log
-//! pipelines. The level comes from RUST_LOG (default: info).
+//! pipelines. The level comes from RUST_LOG (default: `DEFAULT_FILTER`).
 
 use std::io::IsTerminal;
 
@@ -12,8 +12,13 @@ pub enum LogFormat {
     Json,
 }
 
+/// Info, without kube-rs's own line for every failed request and watch retry: the operator logs
+/// those itself, once per outage (health.rs) and once per failed reconcile.
+pub const DEFAULT_FILTER: &str = "info,kube_client=off,kube_runtime::watcher=off";
+
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

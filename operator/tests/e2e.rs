@@ -1061,6 +1061,108 @@ async fn fields_removed_from_the_spec_leave_the_statefulset() {
     )
     .await;
 
+/// A loopback TCP proxy to the API server that the test can cut: while cut, open connections are
+/// closed and new ones are refused at once, as for a process partitioned from the API server.
+struct Cuttable {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Cuttable {
+    async fn to(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the proxy");
+        let addr = listener.local_addr().expect("the proxy's address");
+        let (cut, _) = tokio::sync::watch::channel(false);
+        let cut_rx = cut.subscribe();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if *cut_rx.borrow() {
+                    continue; // dropped: the connection is closed
+                }
+                let mut cut_rx = cut_rx.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_rx.wait_for(|c| *c) => {}
+                    }
+                });
+            }
+        });
+        Self { addr, cut }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+/// Scenario 10 (issue 14): leadership follows health. The leader reaches the API server through a
+/// proxy; the proxy is cut (the leader is partitioned, the standby is not): within the operator's
+/// bound (8 s) the leader's /readyz fails and it stops leading; the standby takes the Lease once
+/// it expires and acts on a change; the cut-off process keeps running and, once it reaches the API
+/// server again, is ready and waits as the standby.
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_steps_down_and_the_standby_takes_over() {
+    let mut env = Env::new("e2e-partition").await;
+    let text = std::fs::read_to_string(&env.kubeconfig).expect("reading the operator kubeconfig");
+    let server = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .map(|s| s.trim_matches(|c| c == '"' || c == '\''))
+        .expect("a server in the kubeconfig")
+        .to_owned();
+    let upstream = server
+        .strip_prefix("https://")
+        .expect("an https server")
+        .to_owned();
+    let proxy = Cuttable::to(upstream).await;
+    let via_proxy = env.dir.join("operator-via-proxy.kubeconfig");
+    std::fs::write(
+        &via_proxy,
+        text.replace(&server, &format!("https://{}", proxy.addr)),
+    )
+    .expect("writing the proxied kubeconfig");
+
+    let mut leader = env.start_operator_with(&via_proxy).await;
+    leader.wait_leader(TIMEOUT).await;
+    let standby = env.start_operator().await;
+    let name = "part";
+    create(&env, name, json!({"replicas": 1})).await;
+    wait_running(&env, name, 1).await;
+    assert!(!standby.leader().await.unwrap(), "the standby waits");
+
+    proxy.set_cut(true);
+    let cut = std::time::Instant::now();
+    eventually("the cut-off leader's /readyz to fail", TIMEOUT, || async {
+        match leader.ready().await {
+            Ok(()) => Err("still ready".to_owned()),
+            Err(e) => Ok(e),
+        }
+    })
+    .await;
+    eventually("the cut-off leader to stop leading", TIMEOUT, || async {
+        match leader.leader().await? {
+            false => Ok(()),
+            true => Err("valkey_operator_leader is 1".into()),
+        }
+    })
+    .await;
+    let stepped_down = cut.elapsed();
+    assert!(
+        stepped_down < Duration::from_secs(20),
+        "stepped down after {stepped_down:?}"
+    );
+    standby.wait_leader(TIMEOUT).await;
+    assert_eq!(
+        env.lease_holder().await.as_deref(),
+        Some(standby.identity.as_str())
+    );
     env.api::<Valkey>()
         .patch(
             name,
@@ -1173,4 +1275,43 @@ async fn a_growth_the_storage_class_refuses_is_reported_and_can_be_taken_back() 
         .expect("going back to the size the volumes have is allowed");
     wait_running(&env, name, 1).await;
     let _ = classes.delete(&class, &DeleteParams::default()).await;
+            &merge(json!({"resource": {"memory": "320Mi"}})),
+        )
+        .await
+        .expect("changing the memory");
+    let statefulsets = env.api::<StatefulSet>();
+    eventually("the new leader to act on the change", TIMEOUT, || async {
+        let sts = statefulsets.get(name).await.map_err(|e| e.to_string())?;
+        let memory = sts.spec.template.spec.as_ref().and_then(|p| {
+            p.containers
+                .first()?
+                .resources
+                .as_ref()?
+                .limits
+                .as_ref()?
+                .get("memory")
+                .cloned()
+        });
+        (memory.as_ref().map(|q| q.0.as_str()) == Some("320Mi"))
+            .then_some(())
+            .ok_or(format!("memory limit {memory:?}"))
+    })
+    .await;
+    assert!(leader.running(), "the cut-off operator keeps running");
+
+    proxy.set_cut(false);
+    eventually(
+        "the reconnected operator's /readyz to pass",
+        TIMEOUT,
+        || leader.ready(),
+    )
+    .await;
+    assert!(
+        !leader.leader().await.unwrap(),
+        "the reconnected operator waits as the standby"
+    );
+    assert_eq!(
+        env.lease_holder().await.as_deref(),
+        Some(standby.identity.as_str())
+    );
 }

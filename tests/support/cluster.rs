@@ -38,15 +38,78 @@ fn cache_dir() -> PathBuf {
         })
 }
 
+static CLUSTER: OnceLock<String> = OnceLock::new();
+static APISERVER_PORT: OnceLock<u16> = OnceLock::new();
+
+/// Which cluster of the cache this test binary uses (`VALKEY_OPERATOR_CLUSTER` of hack/cluster):
+/// `cluster` unless the environment or `use_own_cluster` says otherwise.
+pub fn cluster_name() -> &'static str {
+    CLUSTER.get_or_init(|| {
+        std::env::var("VALKEY_OPERATOR_CLUSTER")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "cluster".to_owned())
+    })
+}
+
+/// Makes this test binary run on a cluster of its own, `name`, started from the same cache's
+/// binaries (for tests that break the control plane: the other tests keep theirs). Call it first
+/// thing, before any other helper.
+///
+/// Its API server gets a fixed port (VALKEY_OPERATOR_APISERVER_PORT) from the kernel's ephemeral
+/// range: kwokctl picks the ports of new clusters counting down from 32765, so while a test has
+/// the API server stopped, a cluster created meanwhile (by anyone on the machine) could take a
+/// port kwokctl chose, but not this one.
+pub fn use_own_cluster(name: &str) {
+    let _ = CLUSTER.set(name.to_owned());
+    assert_eq!(
+        cluster_name(),
+        name,
+        "use_own_cluster must come before any other cluster helper"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("finding a free port for the API server");
+    let _ = APISERVER_PORT.set(port);
+}
+
+/// `hack/cluster ARG` for this binary's cluster.
+pub fn hack_cluster(arg: &str) -> Command {
+    let mut command = Command::new(repo_root().join("hack/cluster"));
+    command
+        .arg(arg)
+        .env("VALKEY_OPERATOR_CLUSTER", cluster_name());
+    if let Some(port) = APISERVER_PORT.get() {
+        command.env("VALKEY_OPERATOR_APISERVER_PORT", port.to_string());
+    }
+    command
+}
+
+fn state_dir() -> PathBuf {
+    cache_dir().join(cluster_name())
+}
+
 /// The kubeconfig `hack/cluster up` writes.
 pub fn kubeconfig_path() -> PathBuf {
-    cache_dir().join("cluster/kubeconfig")
+    state_dir().join("kubeconfig")
+}
+
+/// The pid of a running control-plane component (`etcd`, `kube-apiserver`, ...), from kwokctl's
+/// pid file (see hack/README.md, cache layout).
+pub fn component_pid(component: &str) -> Option<u32> {
+    let file = state_dir()
+        .join("kwok/clusters/valkey-operator/pids")
+        .join(format!("{component}.pid"));
+    let pid: u32 = std::fs::read_to_string(file).ok()?.trim().parse().ok()?;
+    std::path::Path::new(&format!("/proc/{pid}"))
+        .exists()
+        .then_some(pid)
 }
 
 /// The bin dir of the cluster's tools (kubectl, valkey-server, ...), from `hack/cluster env`.
 pub fn tools_path() -> String {
-    let out = Command::new(repo_root().join("hack/cluster"))
-        .arg("env")
+    let out = hack_cluster("env")
         .output()
         .expect("running hack/cluster env");
     let env = String::from_utf8_lossy(&out.stdout);
@@ -60,8 +123,7 @@ pub fn tools_path() -> String {
 pub fn ensure_up() -> PathBuf {
     static UP: OnceLock<PathBuf> = OnceLock::new();
     UP.get_or_init(|| {
-        let status = Command::new(repo_root().join("hack/cluster"))
-            .arg("up")
+        let status = hack_cluster("up")
             .status()
             .expect("running hack/cluster up");
         assert!(status.success(), "hack/cluster up failed");

@@ -101,9 +101,16 @@ impl Env {
 
     /// Starts an operator that watches this test's namespace and competes for its Lease.
     pub async fn start_operator(&mut self) -> Operator {
+        let kubeconfig = self.kubeconfig.clone();
+        self.start_operator_with(&kubeconfig).await
+    }
+
+    /// Starts an operator with another kubeconfig of the same ServiceAccount (e.g. one whose
+    /// server is a proxy the test can cut).
+    pub async fn start_operator_with(&mut self, kubeconfig: &Path) -> Operator {
         self.started += 1;
         let identity = format!("{}-{}", self.ns.name, self.started);
-        Operator::start(self, identity).await
+        Operator::start(self, identity, kubeconfig).await
     }
 
     /// Starts an operator and waits until it leads.
@@ -205,7 +212,7 @@ pub struct Operator {
 }
 
 impl Operator {
-    async fn start(env: &Env, identity: String) -> Self {
+    async fn start(env: &Env, identity: String, kubeconfig: &Path) -> Self {
         let http = free_port();
         let log = env.dir.join(format!("operator-{identity}.log"));
         let out = File::create(&log).expect("creating the operator's log file");
@@ -217,7 +224,7 @@ impl Operator {
             .args(["--lease-namespace", OPERATOR_NAMESPACE])
             .args(["--identity", &identity])
             .args(["--http-addr", &http.to_string()])
-            .env("KUBECONFIG", &env.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             // Debug logs of the operator's own code: more chances to catch a leaked secret.
             .env("RUST_LOG", "info,valkey_operator=debug,valkey_core=debug")
             .env_remove("POD_NAME")
@@ -266,6 +273,12 @@ impl Operator {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// `/readyz`: `Ok` when it answers 200, else what it answered.
+    #[allow(dead_code)] // used by tests/outage.rs
+    pub async fn ready(&self) -> Result<(), String> {
+        http_get(self.http, "/readyz").await.map(|_| ())
     }
 
     pub async fn metrics(&self) -> Result<String, String> {
