@@ -1,6 +1,6 @@
 //! End to end: the `valkey-operator` binary, run as its own process under the ServiceAccount and
-//! RBAC of manifests/, against the local control plane (hack/cluster: a real kube-apiserver,
-//! kube-controller-manager and scheduler, KWOK nodes whose pods become Ready). Each test has its
+//! RBAC of manifests/, against the local cluster (hack/cluster: a real kube-apiserver,
+//! kube-controller-manager and scheduler, real nodes where the Valkey pods run). Each test has its
 //! own namespace (restricted Pod Security), its own operator(s) and leader Lease; operator logs
 //! are under target/tmp/e2e/<namespace>/ and printed when a test fails.
 //!

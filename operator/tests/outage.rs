@@ -54,7 +54,7 @@ impl OwnCluster {
 
 impl Drop for OwnCluster {
     fn drop(&mut self) {
-        let status = cluster::hack_cluster("down").status();
+        let status = cluster::hack_cluster(&["down"]).status();
         if !matches!(status, Ok(s) if s.success()) {
             eprintln!("hack/cluster down (cluster 'outage') failed: {status:?}");
         }
@@ -73,7 +73,7 @@ fn sigkill(component: &str) {
 
 /// `hack/cluster up`: restarts the stopped components and returns once the API server is ready.
 fn restart_stopped_components() {
-    let out = cluster::hack_cluster("up")
+    let out = cluster::hack_cluster(&["up"])
         .output()
         .expect("running hack/cluster up");
     assert!(

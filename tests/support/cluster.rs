@@ -59,7 +59,8 @@ pub fn cluster_name() -> &'static str {
 /// Its API server gets a fixed port (VALKEY_OPERATOR_APISERVER_PORT) from the kernel's ephemeral
 /// range: kwokctl picks the ports of new clusters counting down from 32765, so while a test has
 /// the API server stopped, a cluster created meanwhile (by anyone on the machine) could take a
-/// port kwokctl chose, but not this one.
+/// port kwokctl chose, but not this one. It has no real nodes (`VALKEY_OPERATOR_REAL_NODES=0`):
+/// those take machine-wide resources (subnets, bridges, routes) that the main cluster holds.
 pub fn use_own_cluster(name: &str) {
     let _ = CLUSTER.set(name.to_owned());
     assert_eq!(
@@ -74,14 +75,16 @@ pub fn use_own_cluster(name: &str) {
     let _ = APISERVER_PORT.set(port);
 }
 
-/// `hack/cluster ARG` for this binary's cluster.
-pub fn hack_cluster(arg: &str) -> Command {
+/// `hack/cluster ARGS...` for this binary's cluster.
+pub fn hack_cluster(args: &[&str]) -> Command {
     let mut command = Command::new(repo_root().join("hack/cluster"));
     command
-        .arg(arg)
+        .args(args)
         .env("VALKEY_OPERATOR_CLUSTER", cluster_name());
     if let Some(port) = APISERVER_PORT.get() {
-        command.env("VALKEY_OPERATOR_APISERVER_PORT", port.to_string());
+        command
+            .env("VALKEY_OPERATOR_APISERVER_PORT", port.to_string())
+            .env("VALKEY_OPERATOR_REAL_NODES", "0");
     }
     command
 }
@@ -109,21 +112,39 @@ pub fn component_pid(component: &str) -> Option<u32> {
 
 /// The bin dir of the cluster's tools (kubectl, valkey-server, ...), from `hack/cluster env`.
 pub fn tools_path() -> String {
-    let out = hack_cluster("env")
+    cluster_env("PATH")
+        .map(|p| p.replace(":$PATH", ""))
+        .unwrap_or_default()
+}
+
+/// A variable `hack/cluster env` exports for this binary's cluster (e.g. `VALKEY_OPERATOR_POD_CIDR`).
+pub fn cluster_env(name: &str) -> Option<String> {
+    let out = hack_cluster(&["env"])
         .output()
         .expect("running hack/cluster env");
-    let env = String::from_utf8_lossy(&out.stdout);
-    env.lines()
-        .find_map(|l| l.strip_prefix("export PATH="))
-        .map(|p| p.trim_matches('"').replace(":$PATH", "").replace("\"", ""))
-        .unwrap_or_default()
+    let prefix = format!("export {name}=");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.replace('"', ""))
+}
+
+/// Runs `hack/cluster ARGS...` (e.g. `node stop real-node-1`) and asserts that it succeeded.
+pub fn run_hack_cluster(args: &[&str]) {
+    let out = hack_cluster(args).output().expect("running hack/cluster");
+    assert!(
+        out.status.success(),
+        "hack/cluster {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Brings the control plane up once for this test binary (a no-op when it already runs).
 pub fn ensure_up() -> PathBuf {
     static UP: OnceLock<PathBuf> = OnceLock::new();
     UP.get_or_init(|| {
-        let status = hack_cluster("up")
+        let status = hack_cluster(&["up"])
             .status()
             .expect("running hack/cluster up");
         assert!(status.success(), "hack/cluster up failed");
