@@ -54,8 +54,28 @@ pub async fn run(
                 (key, primary, conn.filter(|_| answered), answered)
             }
         });
+        // Pods that were silent at the last reconcile: one that answers again (an old primary
+        // after a hang or a partition) gets its instance reconciled, so it is repointed.
+        let returning = memory
+            .silent_pods()
+            .into_iter()
+            .map(|(key, pod)| async move {
+                let answered = match Conn::open(&pod.target).await {
+                    Ok(c) => c.ping().await.is_ok(),
+                    Err(_) => false,
+                };
+                (key, pod, answered)
+            });
+        let (results, returned) = futures::join!(join_all(checks), join_all(returning));
+        for ((namespace, instance), pod, answered) in returned {
+            if answered {
+                debug!(%namespace, %instance, pod = %pod.pod, "a silent pod answers again");
+                memory.answered_again(&namespace, &instance, &pod.pod);
+                let _ = trigger.try_send(ObjectRef::new(&instance).within(&namespace));
+            }
+        }
         let now = Instant::now();
-        for (key, primary, conn, answered) in join_all(checks).await {
+        for (key, primary, conn, answered) in results {
             match conn {
                 Some(c) => {
                     conns.insert(key.clone(), (primary.target.host.clone(), c));

@@ -41,6 +41,9 @@ pub const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Memory {
     pods: Mutex<HashMap<(String, String), PodMemory>>,
     primaries: Mutex<HashMap<(String, String), PrimaryTarget>>,
+    /// Pods that did not answer the last reconcile, by (namespace, instance): the health loop
+    /// asks them too, so one coming back (an old primary after a hang) is repointed at once.
+    silent: Mutex<HashMap<(String, String), Vec<PrimaryTarget>>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -154,9 +157,38 @@ impl Memory {
         };
     }
 
+    /// Every silent pod, by instance, for the health loop.
+    pub fn silent_pods(&self) -> Vec<((String, String), PrimaryTarget)> {
+        self.silent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flat_map(|(k, v)| v.iter().map(move |t| (k.clone(), t.clone())))
+            .collect()
+    }
+
+    /// A silent pod answered the health loop: the reconcile it triggers takes it from here.
+    pub fn answered_again(&self, namespace: &str, instance: &str, pod: &str) {
+        let mut silent = self.silent.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = silent.get_mut(&(namespace.to_owned(), instance.to_owned())) {
+            v.retain(|t| t.pod != pod);
+        }
+    }
+
+    fn set_silent(&self, namespace: &str, instance: &str, targets: Vec<PrimaryTarget>) {
+        let mut silent = self.silent.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_owned(), instance.to_owned());
+        if targets.is_empty() {
+            silent.remove(&key);
+        } else {
+            silent.insert(key, targets);
+        }
+    }
+
     /// Forgets an instance (deleted, or stopped).
     pub fn forget(&self, namespace: &str, instance: &str) {
         self.set_primary(namespace, instance, None);
+        self.set_silent(namespace, instance, Vec::new());
         let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         pods.retain(|(ns, pod), _| ns != namespace || status::ordinal(instance, pod).is_none());
     }
@@ -285,6 +317,20 @@ pub async fn run(
             })
         });
     ctx.memory.set_primary(namespace, &instance, target);
+    let silent = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.name_any() != outcome.primary && !outcome.conns.contains_key(&p.name_any()))
+        .filter_map(|p| {
+            let ip = p.status.as_ref()?.pod_ip.clone()?;
+            Some(PrimaryTarget {
+                pod: p.name_any(),
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+                target: Target::operator(ip, port(), operator_password, POD_TIMEOUT),
+            })
+        })
+        .collect();
+    ctx.memory.set_silent(namespace, &instance, silent);
     Ok(outcome)
 }
 
@@ -304,6 +350,15 @@ fn report(outcome: &mut Outcome, valkey: &Valkey, observation: &Observation, fac
             let note = format!(
                 "the primary {recorded} has failed ({reason}) but no replica can take over: none answers the operator, in sync, with the data"
             );
+            // A new instance whose replicas have not synced yet has nothing to fail over to,
+            // and nothing to tell.
+            let ever_synced = observation
+                .pods
+                .iter()
+                .any(|p| p.name != recorded && p.replication.as_ref().is_some_and(|r| r.synced));
+            if !ever_synced && !observation.primary_had_data {
+                return;
+            }
             // Told once (the status keeps saying it), not at every look.
             let told = valkey
                 .status
