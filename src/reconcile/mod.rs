@@ -73,6 +73,11 @@ pub async fn reconcile(valkey: &Valkey, ctx: &Context) -> Result<Report, Error> 
     let phase = write_status(valkey, &namespace, &seen, &changes, error, ctx).await?;
     events::publish(ctx, valkey, &changes, result.as_ref().err()).await;
     events::failover(ctx, valkey, &seen.events).await;
+    if seen.switchover_done {
+        // After the status and the events: whoever waits for the request to go sees the
+        // outcome (status.lastFailover, or a SwitchoverRefused event) with it.
+        clear_switchover(&ctx.client, &namespace, &valkey.name_any()).await?;
+    }
     result.map(|c| Report {
         phase,
         changes: c.changes,
@@ -95,6 +100,8 @@ struct Seen {
     fact: Option<String>,
     events: Vec<(bool, &'static str, String)>,
     requeue_after: Option<Duration>,
+    /// The switchover request was acted on: remove it, once the status says the outcome.
+    switchover_done: bool,
 }
 
 struct Converged {
@@ -227,9 +234,7 @@ async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Con
     if let Some(mut o) = outcome {
         failover::finish(valkey, namespace, &mut o).await;
         failover::fence(valkey, &o).await;
-        if o.switchover_done {
-            clear_switchover(client, namespace, &valkey.name_any()).await?;
-        }
+        seen.switchover_done = o.switchover_done;
         seen.took = failover::took(&o).unwrap_or_default();
         seen.failover = o.failover;
         seen.fact = o.fact;
