@@ -649,13 +649,20 @@ async fn observe(
             conns.insert(name, (conn, ip));
         }
     }
-    let switchover =
-        valkey
-            .annotations()
-            .get(SWITCHOVER_ANNOTATION)
+    let switchover = match valkey.annotations().get(SWITCHOVER_ANNOTATION) {
+        // The controller's cache may still hold a request already acted on (its removal not
+        // seen yet): only the API server's current copy counts, or a switchover would run twice.
+        Some(_) => Api::<Valkey>::namespaced(ctx.client.clone(), namespace)
+            .get_opt(&instance)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|fresh| fresh.annotations().get(SWITCHOVER_ANNOTATION).cloned())
             .map(|to| failover::Switchover {
                 to: Some(to.trim().to_owned()).filter(|t| !t.is_empty()),
-            });
+            }),
+        None => None,
+    };
     (
         Observation {
             replicas: valkey.spec.replicas,
