@@ -853,6 +853,25 @@ async fn an_idle_operator_writes_nothing() {
             .ok_or(format!("{s:?}"))
     })
     .await;
+    // And the operator its one settling write: the boot guard is armed (ConfigMap key
+    // `initialized`) once it has seen a replica synced from the primary.
+    let names = ObjectNames::new(name);
+    eventually("the boot guard armed", TIMEOUT, || async {
+        let cm = env
+            .api::<ConfigMap>()
+            .get(&names.config_map())
+            .await
+            .map_err(|e| e.to_string())?;
+        (cm.data
+            .unwrap_or_default()
+            .get("initialized")
+            .map(String::as_str)
+            == Some("true"))
+        .then_some(())
+        .ok_or("not yet".to_owned())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     let reconciles = || async {
         let metrics = operator.metrics().await?;
@@ -1015,4 +1034,149 @@ async fn growing_the_volume_resizes_every_claim_and_keeps_the_pods() {
     );
     let valkey = get(&env, name).await;
     assert_no_warnings(&env, &valkey).await;
+}
+
+/// The primary pod deleted: the operator promotes a replica, records it (ConfigMap key,
+/// labels, status.lastFailover, events), the read-write Service follows it, and the recreated
+/// pod rejoins as a replica. Then a planned switchover through the annotation
+/// `kubectl valkey failover` sets hands the role back, and the annotation goes.
+#[tokio::test]
+async fn a_deleted_primary_is_replaced_and_a_switchover_hands_the_role_over() {
+    use valkey_core::api::names::SWITCHOVER_ANNOTATION;
+    use valkey_core::desired::PRIMARY_KEY;
+    let mut env = Env::new("e2e-failover").await;
+    let _operator = env.start_leader().await;
+    let name = "fo";
+    create(
+        &env,
+        name,
+        json!({"replicas": 3, "volume": {"enabled": false}}),
+    )
+    .await;
+    let valkey = wait_running(&env, name, 3).await;
+    let old = valkey.status.and_then(|s| s.primary).expect("a primary");
+    // Wait until a replica has synced (the operator only promotes one that has).
+    let names = ObjectNames::new(name);
+    eventually(
+        "the instance to have run (boot guard armed)",
+        TIMEOUT,
+        || async {
+            let cm = env
+                .api::<ConfigMap>()
+                .get(&names.config_map())
+                .await
+                .map_err(|e| e.to_string())?;
+            let data = cm.data.unwrap_or_default();
+            (data.get("initialized").map(String::as_str) == Some("true"))
+                .then_some(())
+                .ok_or(format!("{data:?}"))
+        },
+    )
+    .await;
+    let old_uid = pods(&env, name).await[&old].uid().unwrap_or_default();
+    env.api::<Pod>()
+        .delete(&old, &DeleteParams::default())
+        .await
+        .expect("deleting the primary pod");
+
+    let valkey = eventually("a replica promoted", TIMEOUT, || async {
+        let v = get(&env, name).await;
+        let record = v.status.as_ref().and_then(|s| s.last_failover.clone());
+        match record {
+            Some(r) if r.from.as_deref() == Some(old.as_str()) && r.to != old => Ok(v),
+            _ => Err(describe(&v)),
+        }
+    })
+    .await;
+    let record = valkey
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failover.clone())
+        .expect("status.lastFailover");
+    assert!(
+        ["PodTerminating", "PodDeleted"].contains(&record.reason.as_str()),
+        "{record:?}"
+    );
+    let new = record.to.clone();
+    let cm = env
+        .api::<ConfigMap>()
+        .get(&names.config_map())
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap_or_default()[PRIMARY_KEY], new);
+    eventually(
+        "the read-write Service on the new primary only",
+        TIMEOUT,
+        || async {
+            let all = pods(&env, name).await;
+            let ip = all.get(&new).and_then(pod_ip).ok_or("no IP")?;
+            let eps = endpoint_addresses(&env, &names.read_write_service()).await;
+            let role = all[&new].labels().get(labels::ROLE).cloned();
+            (eps == BTreeSet::from([ip.clone()]) && role.as_deref() == Some(roles::PRIMARY))
+                .then_some(())
+                .ok_or(format!(
+                    "endpoints {eps:?}, {new} at {ip} labelled {role:?}"
+                ))
+        },
+    )
+    .await;
+    let v = get(&env, name).await;
+    wait_event(&env, &v, "PrimaryPromoted", |e| {
+        e.reason.as_deref() == Some("PrimaryPromoted")
+            && e.note.as_deref().is_some_and(|n| n.contains(&new))
+    })
+    .await;
+    // The recreated pod comes back as a replica of the new primary, and all are Running.
+    let v = wait_running(&env, name, 3).await;
+    assert_eq!(v.status.and_then(|s| s.primary), Some(new.clone()));
+    let all = pods(&env, name).await;
+    assert_ne!(all[&old].uid().unwrap_or_default(), old_uid, "a new pod");
+    assert_eq!(
+        all[&old].labels().get(labels::ROLE).map(String::as_str),
+        Some(roles::REPLICA)
+    );
+
+    // A planned switchover back to the old pod, as `kubectl valkey failover --to` asks.
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: old}}})),
+        )
+        .await
+        .expect("asking for a switchover");
+    let v = eventually(
+        "the switchover done and the request removed",
+        TIMEOUT,
+        || async {
+            let v = get(&env, name).await;
+            let record = v.status.as_ref().and_then(|s| s.last_failover.clone());
+            let pending = v.annotations().contains_key(SWITCHOVER_ANNOTATION);
+            match record {
+                Some(r) if r.reason == "Switchover" && r.to == old && !pending => Ok(v),
+                _ => Err(describe(&v)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        v.status
+            .as_ref()
+            .and_then(|s| s.last_failover.as_ref())
+            .and_then(|r| r.from.clone()),
+        Some(new.clone())
+    );
+    eventually(
+        "the read-write Service on the old pod again",
+        TIMEOUT,
+        || async {
+            let all = pods(&env, name).await;
+            let ip = all.get(&old).and_then(pod_ip).ok_or("no IP")?;
+            let eps = endpoint_addresses(&env, &names.read_write_service()).await;
+            (eps == BTreeSet::from([ip]))
+                .then_some(())
+                .ok_or(format!("{eps:?}"))
+        },
+    )
+    .await;
 }

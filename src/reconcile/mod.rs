@@ -240,6 +240,12 @@ async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Con
         seen.fact = o.fact;
         seen.events = o.events;
         seen.requeue_after = o.requeue_after;
+        // A primary that answers while no replica has synced yet (a new instance): look again
+        // shortly, so the boot guard is armed once one has, without waiting for an event.
+        if !initialized && valkey.spec.replicas > 1 && o.primary_answers == Some(true) {
+            let soon = Duration::from_secs(2);
+            seen.requeue_after = Some(seen.requeue_after.map_or(soon, |r| r.min(soon)));
+        }
     }
     Ok(Converged { changes, seen })
 }
