@@ -29,6 +29,7 @@ use valkey_core::api::names::{self, labels};
 use valkey_core::reconcile::{self, Error};
 
 use crate::health::{self, Health};
+use crate::primary_ping;
 use crate::metrics::Metrics;
 
 /// A healthy instance is looked at again after this long even without any event: a safety net,
@@ -111,10 +112,21 @@ pub async fn run(
             instance: options.instance.clone(),
         },
     );
+    let memory = Arc::new(reconcile::failover::Memory::default());
+    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
+    let (pinger_stop_tx, pinger_stop_rx) = watch::channel(false);
+    let pinger = tokio::spawn(primary_ping::run(memory.clone(), trigger_tx, async move {
+        let mut rx = pinger_stop_rx;
+        let _ = rx.wait_for(|s| *s).await;
+    }));
+    let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
     let state = Arc::new(State {
         context: reconcile::Context {
             client: client.clone(),
             recorder,
+            memory,
         },
         metrics,
         health: health.clone(),
@@ -192,6 +204,8 @@ pub async fn run(
                 )
             },
         )
+        // primary_ping's word: a primary stopped (or resumed) answering.
+        .reconcile_on(triggers)
         .with_config(kube::runtime::controller::Config::default().concurrency(options.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile_one, error_policy, state)
@@ -205,6 +219,8 @@ pub async fn run(
         })
         .await;
     health.watches_stopped();
+    let _ = pinger_stop_tx.send(true);
+    let _ = pinger.await;
     info!("controller stopped");
 }
 
@@ -237,6 +253,9 @@ async fn reconcile_one(valkey: Arc<Valkey>, state: Arc<State>) -> Result<Action,
     state
         .metrics
         .reconciled(started.elapsed(), result.as_ref().err().map(Error::reason));
+    if let Ok(Some((reason, took))) = result.as_ref().map(|r| r.failover.as_ref()) {
+        state.metrics.failed_over(reason, *took);
+    }
     let _entered = span.enter();
     match result {
         Ok(report) => {
@@ -246,7 +265,7 @@ async fn reconcile_one(valkey: Arc<Valkey>, state: Arc<State>) -> Result<Action,
             if !report.changes.is_empty() {
                 info!(phase = %report.phase, changes = report.changes.len(), "reconciled");
             }
-            Ok(Action::requeue(RESYNC))
+            Ok(Action::requeue(report.requeue_after.unwrap_or(RESYNC)))
         }
         Err(e) => {
             // During an outage every instance fails the same way; health.rs says it once.

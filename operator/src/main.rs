@@ -4,6 +4,7 @@ mod controller;
 mod health;
 mod http;
 mod metrics;
+mod primary_ping;
 mod telemetry;
 
 use std::io::Write;

@@ -30,6 +30,11 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: String,
 }
@@ -48,6 +53,8 @@ pub struct Metrics {
     leader: Gauge,
     watch_restarts: Family<WatchLabels, Counter>,
     watch_broken: Family<WatchLabels, Gauge<f64, AtomicU64>>,
+    failovers: Family<ReasonLabels, Counter>,
+    failover_duration: Histogram,
 }
 
 impl Metrics {
@@ -60,6 +67,9 @@ impl Metrics {
         let leader = Gauge::default();
         let watch_restarts = Family::<WatchLabels, Counter>::default();
         let watch_broken = Family::<WatchLabels, Gauge<f64, AtomicU64>>::default();
+        let failovers = Family::<ReasonLabels, Counter>::default();
+        // 10 ms .. about 20 s.
+        let failover_duration = Histogram::new(exponential_buckets(0.01, 2.0, 12));
         registry.register(
             "reconciles",
             "Reconciles of Valkey instances, by result",
@@ -94,6 +104,14 @@ impl Metrics {
             "watch_broken_seconds",
             "How long each watch of the running controller has been failing (0 while it works)",
             watch_broken.clone(),
+            "failovers",
+            "Moves of the primary role (failovers and planned switchovers), by reason",
+            failovers.clone(),
+        );
+        registry.register(
+            "failover_duration_seconds",
+            "From the decision to promote to the new primary recorded, labelled and followed",
+            failover_duration.clone(),
         );
         Arc::new(Self {
             registry,
@@ -104,6 +122,8 @@ impl Metrics {
             leader,
             watch_restarts,
             watch_broken,
+            failovers,
+            failover_duration,
         })
     }
 
@@ -116,6 +136,15 @@ impl Metrics {
         if let Some(reason) = error {
             self.errors.get_or_create(&ErrorLabels { reason }).inc();
         }
+    }
+
+    pub fn failed_over(&self, reason: &str, took: Duration) {
+        self.failovers
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+        self.failover_duration.observe(took.as_secs_f64());
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -708,6 +708,7 @@ async fn a_killed_operator_is_replaced_and_leaves_no_duplicate_or_orphan() {
         format!("PodDisruptionBudget/{}", names.pod_disruption_budget()),
         format!("Secret/{}", names.acl_secret()),
         format!("Secret/{}", names.generated_secret()),
+        format!("Secret/{}", names.operator_secret()),
         format!("Service/{}", names.read_write_service()),
         format!("Service/{}", names.headless_service()),
         format!("Service/{}", names.read_only_service()),
@@ -852,6 +853,25 @@ async fn an_idle_operator_writes_nothing() {
             .ok_or(format!("{s:?}"))
     })
     .await;
+    // And the operator its one settling write: the boot guard is armed (ConfigMap key
+    // `initialized`) once it has seen a replica synced from the primary.
+    let names = ObjectNames::new(name);
+    eventually("the boot guard armed", TIMEOUT, || async {
+        let cm = env
+            .api::<ConfigMap>()
+            .get(&names.config_map())
+            .await
+            .map_err(|e| e.to_string())?;
+        (cm.data
+            .unwrap_or_default()
+            .get("initialized")
+            .map(String::as_str)
+            == Some("true"))
+        .then_some(())
+        .ok_or("not yet".to_owned())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     let reconciles = || async {
         let metrics = operator.metrics().await?;
@@ -1061,108 +1081,6 @@ async fn fields_removed_from_the_spec_leave_the_statefulset() {
     )
     .await;
 
-/// A loopback TCP proxy to the API server that the test can cut: while cut, open connections are
-/// closed and new ones are refused at once, as for a process partitioned from the API server.
-struct Cuttable {
-    addr: std::net::SocketAddr,
-    cut: tokio::sync::watch::Sender<bool>,
-}
-
-impl Cuttable {
-    async fn to(upstream: String) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binding the proxy");
-        let addr = listener.local_addr().expect("the proxy's address");
-        let (cut, _) = tokio::sync::watch::channel(false);
-        let cut_rx = cut.subscribe();
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if *cut_rx.borrow() {
-                    continue; // dropped: the connection is closed
-                }
-                let mut cut_rx = cut_rx.clone();
-                let upstream = upstream.clone();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = cut_rx.wait_for(|c| *c) => {}
-                    }
-                });
-            }
-        });
-        Self { addr, cut }
-    }
-
-    fn set_cut(&self, cut: bool) {
-        self.cut.send_replace(cut);
-    }
-}
-
-/// Scenario 10 (issue 14): leadership follows health. The leader reaches the API server through a
-/// proxy; the proxy is cut (the leader is partitioned, the standby is not): within the operator's
-/// bound (8 s) the leader's /readyz fails and it stops leading; the standby takes the Lease once
-/// it expires and acts on a change; the cut-off process keeps running and, once it reaches the API
-/// server again, is ready and waits as the standby.
-#[tokio::test]
-async fn a_leader_cut_off_from_the_api_server_steps_down_and_the_standby_takes_over() {
-    let mut env = Env::new("e2e-partition").await;
-    let text = std::fs::read_to_string(&env.kubeconfig).expect("reading the operator kubeconfig");
-    let server = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .map(|s| s.trim_matches(|c| c == '"' || c == '\''))
-        .expect("a server in the kubeconfig")
-        .to_owned();
-    let upstream = server
-        .strip_prefix("https://")
-        .expect("an https server")
-        .to_owned();
-    let proxy = Cuttable::to(upstream).await;
-    let via_proxy = env.dir.join("operator-via-proxy.kubeconfig");
-    std::fs::write(
-        &via_proxy,
-        text.replace(&server, &format!("https://{}", proxy.addr)),
-    )
-    .expect("writing the proxied kubeconfig");
-
-    let mut leader = env.start_operator_with(&via_proxy).await;
-    leader.wait_leader(TIMEOUT).await;
-    let standby = env.start_operator().await;
-    let name = "part";
-    create(&env, name, json!({"replicas": 1})).await;
-    wait_running(&env, name, 1).await;
-    assert!(!standby.leader().await.unwrap(), "the standby waits");
-
-    proxy.set_cut(true);
-    let cut = std::time::Instant::now();
-    eventually("the cut-off leader's /readyz to fail", TIMEOUT, || async {
-        match leader.ready().await {
-            Ok(()) => Err("still ready".to_owned()),
-            Err(e) => Ok(e),
-        }
-    })
-    .await;
-    eventually("the cut-off leader to stop leading", TIMEOUT, || async {
-        match leader.leader().await? {
-            false => Ok(()),
-            true => Err("valkey_operator_leader is 1".into()),
-        }
-    })
-    .await;
-    let stepped_down = cut.elapsed();
-    assert!(
-        stepped_down < Duration::from_secs(20),
-        "stepped down after {stepped_down:?}"
-    );
-    standby.wait_leader(TIMEOUT).await;
-    assert_eq!(
-        env.lease_holder().await.as_deref(),
-        Some(standby.identity.as_str())
-    );
     env.api::<Valkey>()
         .patch(
             name,
@@ -1275,6 +1193,114 @@ async fn a_growth_the_storage_class_refuses_is_reported_and_can_be_taken_back() 
         .expect("going back to the size the volumes have is allowed");
     wait_running(&env, name, 1).await;
     let _ = classes.delete(&class, &DeleteParams::default()).await;
+}
+
+/// A loopback TCP proxy to the API server that the test can cut: while cut, open connections are
+/// closed and new ones are refused at once, as for a process partitioned from the API server.
+struct Cuttable {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Cuttable {
+    async fn to(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the proxy");
+        let addr = listener.local_addr().expect("the proxy's address");
+        let (cut, _) = tokio::sync::watch::channel(false);
+        let cut_rx = cut.subscribe();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if *cut_rx.borrow() {
+                    continue; // dropped: the connection is closed
+                }
+                let mut cut_rx = cut_rx.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_rx.wait_for(|c| *c) => {}
+                    }
+                });
+            }
+        });
+        Self { addr, cut }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+/// Scenario 10 (issue 14): leadership follows health. The leader reaches the API server through a
+/// proxy; the proxy is cut (the leader is partitioned, the standby is not): within the operator's
+/// bound (8 s) the leader's /readyz fails and it stops leading; the standby takes the Lease once
+/// it expires and acts on a change; the cut-off process keeps running and, once it reaches the API
+/// server again, is ready and waits as the standby.
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_steps_down_and_the_standby_takes_over() {
+    let mut env = Env::new("e2e-partition").await;
+    let text = std::fs::read_to_string(&env.kubeconfig).expect("reading the operator kubeconfig");
+    let server = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .map(|s| s.trim_matches(|c| c == '"' || c == '\''))
+        .expect("a server in the kubeconfig")
+        .to_owned();
+    let upstream = server
+        .strip_prefix("https://")
+        .expect("an https server")
+        .to_owned();
+    let proxy = Cuttable::to(upstream).await;
+    let via_proxy = env.dir.join("operator-via-proxy.kubeconfig");
+    std::fs::write(
+        &via_proxy,
+        text.replace(&server, &format!("https://{}", proxy.addr)),
+    )
+    .expect("writing the proxied kubeconfig");
+
+    let mut leader = env.start_operator_with(&via_proxy).await;
+    leader.wait_leader(TIMEOUT).await;
+    let standby = env.start_operator().await;
+    let name = "part";
+    create(&env, name, json!({"replicas": 1})).await;
+    wait_running(&env, name, 1).await;
+    assert!(!standby.leader().await.unwrap(), "the standby waits");
+
+    proxy.set_cut(true);
+    let cut = std::time::Instant::now();
+    eventually("the cut-off leader's /readyz to fail", TIMEOUT, || async {
+        match leader.ready().await {
+            Ok(()) => Err("still ready".to_owned()),
+            Err(e) => Ok(e),
+        }
+    })
+    .await;
+    eventually("the cut-off leader to stop leading", TIMEOUT, || async {
+        match leader.leader().await? {
+            false => Ok(()),
+            true => Err("valkey_operator_leader is 1".into()),
+        }
+    })
+    .await;
+    let stepped_down = cut.elapsed();
+    assert!(
+        stepped_down < Duration::from_secs(20),
+        "stepped down after {stepped_down:?}"
+    );
+    standby.wait_leader(TIMEOUT).await;
+    assert_eq!(
+        env.lease_holder().await.as_deref(),
+        Some(standby.identity.as_str())
+    );
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
             &merge(json!({"resource": {"memory": "320Mi"}})),
         )
         .await
@@ -1314,4 +1340,149 @@ async fn a_growth_the_storage_class_refuses_is_reported_and_can_be_taken_back() 
         env.lease_holder().await.as_deref(),
         Some(standby.identity.as_str())
     );
+}
+
+/// The primary pod deleted: the operator promotes a replica, records it (ConfigMap key,
+/// labels, status.lastFailover, events), the read-write Service follows it, and the recreated
+/// pod rejoins as a replica. Then a planned switchover through the annotation
+/// `kubectl valkey failover` sets hands the role back, and the annotation goes.
+#[tokio::test]
+async fn a_deleted_primary_is_replaced_and_a_switchover_hands_the_role_over() {
+    use valkey_core::api::names::SWITCHOVER_ANNOTATION;
+    use valkey_core::desired::PRIMARY_KEY;
+    let mut env = Env::new("e2e-failover").await;
+    let _operator = env.start_leader().await;
+    let name = "fo";
+    create(
+        &env,
+        name,
+        json!({"replicas": 3, "volume": {"enabled": false}}),
+    )
+    .await;
+    let valkey = wait_running(&env, name, 3).await;
+    let old = valkey.status.and_then(|s| s.primary).expect("a primary");
+    // Wait until a replica has synced (the operator only promotes one that has).
+    let names = ObjectNames::new(name);
+    eventually(
+        "the instance to have run (boot guard armed)",
+        TIMEOUT,
+        || async {
+            let cm = env
+                .api::<ConfigMap>()
+                .get(&names.config_map())
+                .await
+                .map_err(|e| e.to_string())?;
+            let data = cm.data.unwrap_or_default();
+            (data.get("initialized").map(String::as_str) == Some("true"))
+                .then_some(())
+                .ok_or(format!("{data:?}"))
+        },
+    )
+    .await;
+    let old_uid = pods(&env, name).await[&old].uid().unwrap_or_default();
+    env.api::<Pod>()
+        .delete(&old, &DeleteParams::default())
+        .await
+        .expect("deleting the primary pod");
+
+    let valkey = eventually("a replica promoted", TIMEOUT, || async {
+        let v = get(&env, name).await;
+        let record = v.status.as_ref().and_then(|s| s.last_failover.clone());
+        match record {
+            Some(r) if r.from.as_deref() == Some(old.as_str()) && r.to != old => Ok(v),
+            _ => Err(describe(&v)),
+        }
+    })
+    .await;
+    let record = valkey
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failover.clone())
+        .expect("status.lastFailover");
+    assert!(
+        ["PodTerminating", "PodDeleted"].contains(&record.reason.as_str()),
+        "{record:?}"
+    );
+    let new = record.to.clone();
+    let cm = env
+        .api::<ConfigMap>()
+        .get(&names.config_map())
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap_or_default()[PRIMARY_KEY], new);
+    eventually(
+        "the read-write Service on the new primary only",
+        TIMEOUT,
+        || async {
+            let all = pods(&env, name).await;
+            let ip = all.get(&new).and_then(pod_ip).ok_or("no IP")?;
+            let eps = endpoint_addresses(&env, &names.read_write_service()).await;
+            let role = all[&new].labels().get(labels::ROLE).cloned();
+            (eps == BTreeSet::from([ip.clone()]) && role.as_deref() == Some(roles::PRIMARY))
+                .then_some(())
+                .ok_or(format!(
+                    "endpoints {eps:?}, {new} at {ip} labelled {role:?}"
+                ))
+        },
+    )
+    .await;
+    let v = get(&env, name).await;
+    wait_event(&env, &v, "PrimaryPromoted", |e| {
+        e.reason.as_deref() == Some("PrimaryPromoted")
+            && e.note.as_deref().is_some_and(|n| n.contains(&new))
+    })
+    .await;
+    // The recreated pod comes back as a replica of the new primary, and all are Running.
+    let v = wait_running(&env, name, 3).await;
+    assert_eq!(v.status.and_then(|s| s.primary), Some(new.clone()));
+    let all = pods(&env, name).await;
+    assert_ne!(all[&old].uid().unwrap_or_default(), old_uid, "a new pod");
+    assert_eq!(
+        all[&old].labels().get(labels::ROLE).map(String::as_str),
+        Some(roles::REPLICA)
+    );
+
+    // A planned switchover back to the old pod, as `kubectl valkey failover --to` asks.
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: old}}})),
+        )
+        .await
+        .expect("asking for a switchover");
+    let v = eventually(
+        "the switchover done and the request removed",
+        TIMEOUT,
+        || async {
+            let v = get(&env, name).await;
+            let record = v.status.as_ref().and_then(|s| s.last_failover.clone());
+            let pending = v.annotations().contains_key(SWITCHOVER_ANNOTATION);
+            match record {
+                Some(r) if r.reason == "Switchover" && r.to == old && !pending => Ok(v),
+                _ => Err(describe(&v)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        v.status
+            .as_ref()
+            .and_then(|s| s.last_failover.as_ref())
+            .and_then(|r| r.from.clone()),
+        Some(new.clone())
+    );
+    eventually(
+        "the read-write Service on the old pod again",
+        TIMEOUT,
+        || async {
+            let all = pods(&env, name).await;
+            let ip = all.get(&old).and_then(pod_ip).ok_or("no IP")?;
+            let eps = endpoint_addresses(&env, &names.read_write_service()).await;
+            (eps == BTreeSet::from([ip]))
+                .then_some(())
+                .ok_or(format!("{eps:?}"))
+        },
+    )
+    .await;
 }

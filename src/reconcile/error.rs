@@ -52,6 +52,8 @@ pub enum Error {
         from: String,
         to: String,
     },
+    #[error("failover: {0}")]
+    Failover(String),
 
     #[error("{0}")]
     Build(#[from] BuildError),
@@ -70,6 +72,7 @@ impl Error {
             Error::PasswordNotText { .. } => "PasswordNotText",
             Error::VolumeResize { .. } => "VolumeResizeFailed",
             Error::VolumeExpansionNotAllowed { .. } => "VolumeExpansionNotAllowed",
+            Error::Failover(_) => "FailoverFailed",
             Error::Build(_) => "InvalidSpec",
             Error::Kube(_) => "KubernetesApiError",
         }
