@@ -93,7 +93,8 @@ for name in order + sorted(set(by) - set(order)):
     first = [r["time_to_first_write"] for r in rs if r["time_to_first_write"] is not None]
     unrecovered = sum(1 for r in rs if r["time_to_first_write"] is None)
     pause = [r["write_pause"] for r in rs]
-    fencing = max(r["fencing_window"] for r in rs)
+    windows = [r["fencing_window"] for r in rs if r["fencing_window"] is not None]
+    fencing = max(windows) if windows else None
     settle = [r["time_to_settled"] for r in rs]
     moved = sum(1 for r in rs if r["new_primary"] != r["old_primary"])
     print("%-22s %4d %26s %26s %8d %10d %16s %14s %13s" % (
@@ -102,7 +103,7 @@ for name in order + sorted(set(by) - set(order)):
         f"{fmt(med(pause))} / {fmt(max(pause))}",
         sum(r["acked"] for r in rs),
         sum(r["lost_acked"] for r in rs),
-        f"{fmt(fencing)} ({max(r['fencing_writes'] for r in rs)} w)",
+        f"{fmt(fencing)} ({max(r['fencing_writes'] for r in rs)} w)" if windows else "-",
         fmt(med(settle)),
         f"{moved}/{len(rs)}",
     ))

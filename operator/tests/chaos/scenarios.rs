@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -103,9 +104,10 @@ pub struct Figures {
     pub lost_acked: usize,
     /// Accepted but unacknowledged writes missing afterwards (allowed).
     pub unacked_missing: usize,
-    /// How long after `fencing_from` the old primary still accepted a write from the writer
-    /// connected straight to it, and how many.
-    pub fencing_window: f64,
+    /// When the primary moved: how long after `fencing_from` the old primary still accepted a
+    /// write from the writer connected straight to its pod IP, and how many (None: the old
+    /// primary is still the primary, so its writes are no fencing matter).
+    pub fencing_window: Option<f64>,
     pub fencing_writes: usize,
     /// What `fencing_from` is: "fault" or "sigcont"/"node-start" (the old primary woke up).
     pub fencing_from: &'static str,
@@ -214,6 +216,7 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
     let mut note = String::new();
     let mut fencing_from = ("fault", fault);
     let mut stopped = None;
+    let mut revision_before = String::new();
     match scenario {
         Scenario::KillServer | Scenario::OperatorKilled => {
             signal_container(&old, "KILL");
@@ -231,6 +234,7 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
             note = out;
         }
         Scenario::RollingUpdate => {
+            revision_before = update_revision(env, instance).await;
             let valkey = observe::get(env, &instance.name).await;
             let memory = match valkey.spec.resource.memory.as_str() {
                 "200Mi" => "256Mi",
@@ -285,7 +289,7 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
             node(&old_node(&old), "start");
         }
         Scenario::RollingUpdate => {
-            wait_rolled(env, instance, &settled.valkey).await;
+            wait_rolled(env, instance, &revision_before).await;
         }
         _ => {}
     }
@@ -312,7 +316,14 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
         .await
         .expect("reading the unacknowledged keys back");
     let d = traffic::disruption(&attempts, fault);
-    let (fencing_window, fencing_writes) = traffic::accepting_window(&direct, fencing_from.1);
+    let moved = settled.primary != old.name;
+    let (fencing_window, fencing_writes) = match moved {
+        true => {
+            let (window, writes) = traffic::accepting_window(&direct, fencing_from.1);
+            (Some(window), writes)
+        }
+        false => (None, 0),
+    };
 
     let valkey = observe::get(env, &instance.name).await;
     let events: Vec<String> = instance
@@ -461,38 +472,42 @@ async fn kill_operator_mid_failover(
     )
 }
 
-/// Waits until every pod runs the StatefulSet's update revision and is Ready.
-async fn wait_rolled(env: &Env, instance: &Instance, before: &Valkey) {
-    use k8s_openapi::api::apps::v1::StatefulSet;
-    let generation = before.metadata.generation;
+/// The StatefulSet's update revision.
+async fn update_revision(env: &Env, instance: &Instance) -> String {
+    env.api::<StatefulSet>()
+        .get(&instance.names().statefulset())
+        .await
+        .ok()
+        .and_then(|s| s.status)
+        .and_then(|s| s.update_revision)
+        .unwrap_or_default()
+}
+
+/// Waits until the StatefulSet has a new update revision (not `before`) and every pod runs it
+/// and is Ready.
+async fn wait_rolled(env: &Env, instance: &Instance, before: &str) {
     eventually("the rolling update", SETTLE, || async {
-        let sts = env
-            .api::<StatefulSet>()
-            .get(&instance.names().statefulset())
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = sts.status.clone().unwrap_or_default();
-        let revision = status.update_revision.clone().unwrap_or_default();
+        let revision = update_revision(env, instance).await;
+        if revision == before {
+            return Err(format!("the update revision is still {before}"));
+        }
         let pods = instance.pods(env).await;
         let updated = pods
             .values()
             .filter(|p| {
                 p.labels().get("controller-revision-hash") == Some(&revision)
+                    && p.metadata.deletion_timestamp.is_none()
                     && p.status
                         .as_ref()
                         .and_then(|s| s.conditions.as_ref())
                         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
             })
             .count();
-        let valkey = observe::get(env, &instance.name).await;
-        if valkey.metadata.generation == generation {
-            return Err("the Valkey's generation did not move".into());
-        }
-        if updated == instance.replicas && status.current_revision.as_deref() == Some(&revision) {
+        if updated == instance.replicas {
             Ok(())
         } else {
             Err(format!(
-                "{updated}/{} pods on revision {revision}",
+                "{updated}/{} pods Ready on revision {revision}",
                 instance.replicas
             ))
         }
