@@ -215,7 +215,7 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
     let fault = clock.now();
     let mut note = String::new();
     let mut fencing_from = ("fault", fault);
-    let mut stopped = None;
+    let mut broken = Breakage::default();
     let mut revision_before = String::new();
     match scenario {
         Scenario::KillServer | Scenario::OperatorKilled => {
@@ -227,8 +227,12 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
                 .await
                 .expect("deleting the primary's pod");
         }
-        Scenario::Hang => stopped = Some(signal_container(&old, "STOP")),
-        Scenario::NodeLoss => node(&old_node(&old), "stop"),
+        Scenario::Hang => broken.pid = Some(signal_container(&old, "STOP")),
+        Scenario::NodeLoss => {
+            // Recorded first: a stop that fails half-way is undone too.
+            broken.node = Some(old_node(&old));
+            node(&old_node(&old), "stop").unwrap_or_else(|e| panic!("{e}"));
+        }
         Scenario::Switchover => {
             let out = plugin(&["failover", &instance.name, "-n", &env.ns.name]).await;
             note = out;
@@ -278,15 +282,13 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
     match scenario {
         Scenario::Hang => {
             fencing_from = ("sigcont", clock.now());
-            let pid = stopped.expect("the hung server's pid");
-            if !signal_pid(pid, "CONT") {
-                // The kubelet's liveness probe may have restarted the container meanwhile.
-                note = format!("pid {pid} was gone at SIGCONT (the container was restarted)");
+            if let Err(e) = broken.heal() {
+                note = e;
             }
         }
         Scenario::NodeLoss => {
             fencing_from = ("node-start", clock.now());
-            node(&old_node(&old), "start");
+            broken.heal().unwrap_or_else(|e| panic!("{e}"));
         }
         Scenario::RollingUpdate => {
             wait_rolled(env, instance, &revision_before).await;
@@ -580,17 +582,55 @@ pub fn signal_pid(pid: u32, signal: &str) -> bool {
 }
 
 /// `hack/cluster node stop|start NODE`.
-pub fn node(name: &str, action: &str) {
+pub fn node(name: &str, action: &str) -> Result<(), String> {
     let out = Command::new(cluster::repo_root().join("hack/cluster"))
         .args(["node", action, name])
         .output()
-        .expect("running hack/cluster node");
-    assert!(
-        out.status.success(),
-        "hack/cluster node {action} {name} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map_err(|e| format!("running hack/cluster node: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "hack/cluster node {action} {name} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
+}
+
+/// What a run stopped and must bring back: healed by the run, or when dropped (a failed run
+/// leaves no frozen server or stopped node behind for the next test).
+#[derive(Default)]
+struct Breakage {
+    /// A valkey-server stopped with SIGSTOP.
+    pid: Option<u32>,
+    /// A node stopped with `hack/cluster node stop`.
+    node: Option<String>,
+}
+
+impl Breakage {
+    fn heal(&mut self) -> Result<(), String> {
+        let mut result = Ok(());
+        if let Some(pid) = self.pid.take()
+            && !signal_pid(pid, "CONT")
+        {
+            // The kubelet's liveness probe may have restarted the container meanwhile.
+            result = Err(format!(
+                "pid {pid} was gone at SIGCONT (the container was restarted)"
+            ));
+        }
+        if let Some(name) = self.node.take() {
+            result = result.and(node(&name, "start"));
+        }
+        result
+    }
+}
+
+impl Drop for Breakage {
+    fn drop(&mut self) {
+        if let Err(e) = self.heal() {
+            eprintln!("healing after a failed run: {e}");
+        }
+    }
 }
 
 /// The plugin binary beside this test binary (`cargo build -p kubectl-valkey` builds it).
