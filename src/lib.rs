@@ -1,5 +1,7 @@
 pub mod api;
 pub mod apply;
 pub mod desired;
+pub mod failover;
 pub mod reconcile;
+pub mod replication;
 pub mod status;

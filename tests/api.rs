@@ -81,6 +81,48 @@ fn an_empty_spec_takes_the_documented_defaults() {
     assert_eq!(spec.volume.reclaim_policy, ReclaimPolicy::Retain);
     assert_eq!(spec.resource.cpu, defaults::CPU);
     assert_eq!(spec.resource.memory, defaults::MEMORY);
+    assert_eq!(spec.failover_delay, "3s");
+    assert_eq!(spec.failover_delay(), std::time::Duration::from_secs(3));
+    assert_eq!(spec.fencing.min_replicas_to_write, 1);
+    assert_eq!(spec.fencing.max_lag_seconds, 10);
+}
+
+#[test]
+fn failover_delay_reads_as_a_duration_and_bad_values_as_the_default() {
+    use std::time::Duration;
+    for (text, want) in [
+        ("0s", Duration::ZERO),
+        ("500ms", Duration::from_millis(500)),
+        ("1m30s", Duration::from_secs(90)),
+        ("10m", Duration::from_secs(600)),
+        // Refused by the CRD; should one get through, the default, never "no delay".
+        ("11m", Duration::from_secs(3)),
+        ("3", Duration::from_secs(3)),
+        ("", Duration::from_secs(3)),
+        ("1h", Duration::from_secs(3)),
+    ] {
+        let mut valkey: Valkey = serde_json::from_value(valkey_object("cache", json!({}))).unwrap();
+        valkey.spec.failover_delay = text.into();
+        assert_eq!(valkey.spec.failover_delay(), want, "{text:?}");
+    }
+}
+
+#[test]
+fn fencing_never_asks_for_more_replicas_than_the_instance_has() {
+    let spec = |replicas: i32, min: i32| {
+        let v: Valkey = serde_json::from_value(valkey_object(
+            "cache",
+            json!({"replicas": replicas, "fencing": {"minReplicasToWrite": min}}),
+        ))
+        .unwrap();
+        v.spec.min_replicas_to_write()
+    };
+    assert_eq!(spec(1, 1), 0, "a standalone primary has nobody to wait for");
+    assert_eq!(spec(0, 1), 0);
+    assert_eq!(spec(2, 1), 1);
+    assert_eq!(spec(2, 3), 1);
+    assert_eq!(spec(5, 2), 2);
+    assert_eq!(spec(3, 0), 0);
 }
 
 #[test]
@@ -125,6 +167,11 @@ fn accepted_specs_pass_every_rule() {
         json!({"passwordSecret": {"name": "team.auth-1", "key": "redis_password"}}),
         json!({"config": {"maxmemory-policy": "allkeys-lru", "save": "", "notify-keyspace-events": "Ex"}}),
         json!({"image": "registry.example.com:5000/valkey/valkey@sha256:0123456789abcdef"}),
+        json!({"failoverDelay": "0s"}),
+        json!({"failoverDelay": "500ms"}),
+        json!({"failoverDelay": "1m30s"}),
+        json!({"failoverDelay": "10m"}),
+        json!({"fencing": {"minReplicasToWrite": 0, "maxLagSeconds": 60}}),
     ];
     for spec in accepted {
         let found = violations(&valkey_object("cache", spec.clone()), None);

@@ -34,6 +34,11 @@ struct InputFacts {
     password: String,
     #[serde(default)]
     new_password: bool,
+    operator_password: String,
+    #[serde(default)]
+    new_operator_password: bool,
+    #[serde(default)]
+    initialized: bool,
 }
 
 struct Scenario {
@@ -70,6 +75,9 @@ fn scenario(dir: &Path) -> Scenario {
             primary: input.facts.primary,
             password: input.facts.password,
             new_password: input.facts.new_password,
+            operator_password: input.facts.operator_password,
+            new_operator_password: input.facts.new_operator_password,
+            initialized: input.facts.initialized,
         },
     }
 }
@@ -175,9 +183,16 @@ fn generated_secret_fixtures() {
 }
 
 #[test]
+fn operator_secret_fixtures() {
+    check_fixtures("operator-secret.yaml", |v, f| {
+        Ok(desired::objects(v, f)?.operator_secret.map(to_value))
+    });
+}
+
+#[test]
 fn acl_secret_fixtures() {
     check_fixtures("acl-secret.yaml", |v, f| {
-        Ok(some(desired::acl_secret(v, &f.password)?))
+        Ok(some(desired::acl_secret(v, f)?))
     });
 }
 
@@ -185,24 +200,21 @@ fn acl_secret_fixtures() {
 #[test]
 fn auth_conf_fixtures() {
     check_fixtures("auth.conf.yaml", |v, f| {
-        Ok(Some(Value::String(auth_conf(&desired::acl_secret(
-            v,
-            &f.password,
-        )?))))
+        Ok(Some(Value::String(auth_conf(&desired::acl_secret(v, f)?))))
     });
 }
 
 #[test]
 fn config_map_fixtures() {
     check_fixtures("configmap.yaml", |v, f| {
-        Ok(some(desired::config_map(v, f.primary.as_deref())?))
+        Ok(some(desired::config_map(v, f)?))
     });
 }
 
 #[test]
 fn statefulset_fixtures() {
     check_fixtures("statefulset.yaml", |v, f| {
-        Ok(some(desired::statefulset(v, &f.password)?))
+        Ok(some(desired::statefulset(v, f)?))
     });
 }
 
@@ -243,15 +255,15 @@ fn desired_is_the_builders() {
         let pairs = [
             (
                 to_value(&d.acl_secret),
-                to_value(desired::acl_secret(v, &f.password).unwrap()),
+                to_value(desired::acl_secret(v, f).unwrap()),
             ),
             (
                 to_value(&d.config_map),
-                to_value(desired::config_map(v, f.primary.as_deref()).unwrap()),
+                to_value(desired::config_map(v, f).unwrap()),
             ),
             (
                 to_value(&d.statefulset),
-                to_value(desired::statefulset(v, &f.password).unwrap()),
+                to_value(desired::statefulset(v, f).unwrap()),
             ),
             (
                 to_value(&d.read_write_service),
@@ -389,10 +401,13 @@ fn the_primary_defaults_to_pod_zero() {
 #[test]
 fn the_password_stays_in_its_secrets() {
     let password = "Zebra-0451-unmistakable-secret";
+    let operator_password = "Okapi-7788-operator-secret";
     for s in scenarios() {
         let facts = Facts {
             password: password.into(),
             new_password: true,
+            operator_password: operator_password.into(),
+            new_operator_password: true,
             ..s.facts.clone()
         };
         let d = desired::objects(&s.valkey, &facts).unwrap();
@@ -405,11 +420,13 @@ fn the_password_stays_in_its_secrets() {
             ("pdb", to_value(&d.pod_disruption_budget)),
         ];
         for (what, object) in public {
-            assert!(
-                !object.to_string().contains(password),
-                "{}: the password is in the {what}",
-                s.name
-            );
+            for secret in [password, operator_password] {
+                assert!(
+                    !object.to_string().contains(secret),
+                    "{}: a password is in the {what}",
+                    s.name
+                );
+            }
         }
         for c in containers(pod_spec(&d)) {
             let argv = c.command.iter().chain(c.args.iter()).flatten();
@@ -436,6 +453,14 @@ fn the_password_stays_in_its_secrets() {
             }
         }
         assert!(auth_conf(&d.acl_secret).contains(password));
+        assert!(auth_conf(&d.acl_secret).contains(operator_password));
+        let operator = d
+            .operator_secret
+            .expect("a new operator password gets its Secret");
+        assert_eq!(
+            operator.data.unwrap()["password"].0,
+            operator_password.as_bytes()
+        );
     }
 }
 
@@ -743,9 +768,11 @@ fn persistence_follows_the_volume() {
     assert!(!with.contains("\nsave "), "{with}");
     let s = named("no-volume");
     let plain = with_spec(&s, |v| v.spec.config.clear());
-    let conf = desired::config_map(&plain, None).unwrap().data.unwrap()[VALKEY_CONF_KEY].clone();
-    assert!(conf.contains("\nappendonly no\n"), "{conf}");
-    assert!(conf.contains("\nsave \"\"\n"), "{conf}");
+    let conf =
+        desired::config_map(&plain, &s.facts).unwrap().data.unwrap()[VALKEY_CONF_KEY].clone();
+    // On an emptyDir too: a container restart inside the pod keeps the emptyDir.
+    assert!(conf.contains("\nappendonly yes\n"), "{conf}");
+    assert!(!conf.contains("\nsave "), "{conf}");
 }
 
 #[test]

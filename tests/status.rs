@@ -91,6 +91,7 @@ fn status_fixtures() {
             primary: case.primary.clone(),
             error: case.error.clone(),
             changed: false,
+            ..Observed::default()
         };
         let got = status::compute(&valkey, &observed, &now());
         assert_eq!(got.status, Some(case.expect.status), "{name}: phase");
@@ -136,6 +137,7 @@ fn an_unchanged_status_is_not_rewritten_and_keeps_its_transition_times() {
         primary: Some("cache-0".into()),
         error: None,
         changed: true,
+        ..Observed::default()
     };
     let first = status::compute(&v, &observed, &now());
     assert!(status::differs(None, &first));
@@ -166,13 +168,27 @@ fn an_unchanged_status_is_not_rewritten_and_keeps_its_transition_times() {
 }
 
 #[test]
-fn the_primary_stays_put_unless_its_pod_is_scaled_away() {
+fn the_recorded_primary_stays_put_unless_its_pod_is_scaled_away() {
     let mut v = valkey(&json!({"spec": {"replicas": 3}, "status": {"primary": "cache-2"}}));
-    assert_eq!(status::choose_primary(&v).as_deref(), Some("cache-2"));
+    assert_eq!(
+        status::recorded_primary(&v, None).as_deref(),
+        Some("cache-2")
+    );
+    // The ConfigMap key (what pods read at start) wins over the status.
+    assert_eq!(
+        status::recorded_primary(&v, Some("cache-1")).as_deref(),
+        Some("cache-1")
+    );
     v.spec.replicas = 2;
-    assert_eq!(status::choose_primary(&v).as_deref(), Some("cache-0"));
+    assert_eq!(
+        status::recorded_primary(&v, Some("cache-2")).as_deref(),
+        Some("cache-0")
+    );
     v.spec.replicas = 0;
-    assert_eq!(status::choose_primary(&v), None);
+    assert_eq!(status::recorded_primary(&v, Some("cache-1")), None);
     let fresh = valkey(&json!({"spec": {"replicas": 1}}));
-    assert_eq!(status::choose_primary(&fresh).as_deref(), Some("cache-0"));
+    assert_eq!(
+        status::recorded_primary(&fresh, None).as_deref(),
+        Some("cache-0")
+    );
 }

@@ -304,11 +304,17 @@ fn valkey(spec: serde_json::Value) -> Valkey {
     .expect("a valid Valkey")
 }
 
+/// The operator user's password in every rendered config.
+const OPERATOR_PASSWORD: &str = "operator-pass\"word\n with # and spaces";
+
 fn render(valkey: &Valkey, password: &str) -> Rendered {
     let facts = Facts {
         primary: None,
         password: password.into(),
         new_password: true,
+        operator_password: OPERATOR_PASSWORD.into(),
+        new_operator_password: true,
+        initialized: false,
     };
     let desired = desired::objects(valkey, &facts).expect("building the objects");
     let data = desired.config_map.data.clone().unwrap_or_default();
@@ -354,12 +360,16 @@ fn the_default_user_needs_the_password() {
     let mut named = server.login("default", NASTY_PASSWORD);
     assert_eq!(named.cmd(&["ACL", "WHOAMI"]).text(), "default");
     let users = named.cmd(&["ACL", "USERS"]);
+    // Besides the user's, only the operator's own (restricted) user.
     assert_eq!(
         users,
-        Reply::Array(vec![Reply::Bulk(Some(b"default".to_vec()))])
+        Reply::Array(vec![
+            Reply::Bulk(Some(b"default".to_vec())),
+            Reply::Bulk(Some(b"valkey-operator".to_vec())),
+        ])
     );
-    assert_eq!(named.config_get("appendonly"), "no");
-    assert_eq!(named.config_get("save"), "");
+    // Persistence on the emptyDir too: a container restart in the same pod keeps the data.
+    assert_eq!(named.config_get("appendonly"), "yes");
 }
 
 #[test]
@@ -567,13 +577,20 @@ fn the_start_script_starts_a_primary_or_a_replica() {
         .replace(CONFIG_DIR, &conf_dir.display().to_string());
     std::fs::write(dir.0.join("start.sh"), &script).unwrap();
 
-    let start = |pod: &str, primary: Option<&str>| {
-        match primary {
-            Some(p) => std::fs::write(conf_dir.join("primary"), p).unwrap(),
-            None => {
-                let _ = std::fs::remove_file(conf_dir.join("primary"));
-            }
+    let data_dir = dir.0.join("data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let script = script.replace(&format!("{DATA_DIR}/"), &format!("{}/", data_dir.display()));
+    std::fs::write(dir.0.join("start.sh"), &script).unwrap();
+    let write = |key: &str, value: Option<&str>| match value {
+        Some(v) => std::fs::write(conf_dir.join(key), v).unwrap(),
+        None => {
+            let _ = std::fs::remove_file(conf_dir.join(key));
         }
+    };
+    write("min-replicas-to-write", Some("1"));
+
+    let start = |pod: &str, primary: Option<&str>| {
+        write("primary", primary);
         let out = Command::new("sh")
             .arg(dir.0.join("start.sh"))
             .env_clear()
@@ -586,7 +603,10 @@ fn the_start_script_starts_a_primary_or_a_replica() {
             String::from_utf8_lossy(&out.stdout).trim().to_owned(),
         )
     };
-    let conf = format!("{}/valkey.conf", conf_dir.display());
+    let conf = format!(
+        "{}/valkey.conf --min-replicas-to-write 1",
+        conf_dir.display()
+    );
     assert_eq!(start("cache-0", Some("cache-0")), (true, conf.clone()));
     assert_eq!(
         start("cache-0", Some("cache-2")),
@@ -600,4 +620,219 @@ fn the_start_script_starts_a_primary_or_a_replica() {
         (false, String::new()),
         "no primary known"
     );
+
+    // The boot guard: once the instance has run, a primary with an empty data dir refuses to
+    // start (the operator promotes a replica that has the data); a replica starts anyway.
+    write("initialized", Some("true"));
+    assert_eq!(
+        start("cache-0", Some("cache-0")),
+        (false, String::new()),
+        "an empty primary must not serve"
+    );
+    assert!(
+        start("cache-1", Some("cache-0")).0,
+        "a replica may start empty"
+    );
+    std::fs::create_dir_all(data_dir.join("appendonlydir")).unwrap();
+    assert_eq!(start("cache-0", Some("cache-0")), (true, conf.clone()));
+    std::fs::remove_dir_all(data_dir.join("appendonlydir")).unwrap();
+    std::fs::write(data_dir.join("dump.rdb"), "x").unwrap();
+    assert_eq!(start("cache-0", Some("cache-0")), (true, conf.clone()));
+    std::fs::remove_file(data_dir.join("dump.rdb")).unwrap();
+    // A new instance (or one the operator has not seen run) starts empty as it must.
+    write("initialized", Some("false"));
+    assert_eq!(start("cache-0", Some("cache-0")), (true, conf.clone()));
+    // Garbage in the fencing key reads as no fencing rather than breaking the start.
+    write("min-replicas-to-write", Some("1; rm -rf /"));
+    assert_eq!(
+        start("cache-0", Some("cache-0")),
+        (
+            true,
+            format!(
+                "{}/valkey.conf --min-replicas-to-write 0",
+                conf_dir.display()
+            )
+        )
+    );
+}
+
+/// The operator's own ACL user may run what the operator needs and nothing else: no key, no
+/// data, no ACL, no shutdown.
+#[test]
+fn the_operator_user_may_only_steer_replication() {
+    let files = render(
+        &valkey(serde_json::json!({"replicas": 3, "user": "admin"})),
+        NASTY_PASSWORD,
+    );
+    let server = Server::boot(&files, LOOPBACK, &[]);
+    let mut admin = server.login("admin", NASTY_PASSWORD);
+    assert_eq!(admin.cmd(&["SET", "k", "v"]), Reply::Simple("OK".into()));
+    let mut op = server.login("valkey-operator", OPERATOR_PASSWORD);
+    assert_eq!(op.cmd(&["PING"]), Reply::Simple("PONG".into()));
+    assert!(op.info("replication", "role").is_some());
+    assert_eq!(op.config_get("min-replicas-to-write"), "0");
+    assert_eq!(
+        op.cmd(&["CONFIG", "SET", "min-replicas-to-write", "0"]),
+        Reply::Simple("OK".into())
+    );
+    for forbidden in [
+        vec!["GET", "k"],
+        vec!["SET", "k", "x"],
+        vec!["KEYS", "*"],
+        vec!["FLUSHALL"],
+        vec!["ACL", "LIST"],
+        vec!["CLIENT", "LIST"],
+        vec!["EVAL", "return 1", "0"],
+        vec!["SHUTDOWN", "NOSAVE"],
+        vec!["MODULE", "LIST"],
+        vec!["CONFIG", "REWRITE"],
+    ] {
+        let reply = op.cmd(&forbidden);
+        assert!(
+            reply.error().starts_with("NOPERM"),
+            "{forbidden:?}: {reply:?}"
+        );
+    }
+    assert_eq!(admin.cmd(&["GET", "k"]).text(), "v");
+    // The password appears in no argv of the server.
+    assert!(!server.log().contains(OPERATOR_PASSWORD));
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(future)
+}
+
+async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what} within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The operator's client (valkey_core::replication) against real servers booted from the
+/// rendered configs, as the operator's own user: INFO facts, a planned switchover with
+/// FAILOVER TO, a promotion and a repoint by hand, fencing and client kill.
+#[test]
+fn the_operator_steers_replication_through_its_client() {
+    use valkey_core::replication::{Conn, FailoverStarted, Role, Target};
+    let files = render(
+        &valkey(serde_json::json!({"replicas": 3, "user": "admin"})),
+        NASTY_PASSWORD,
+    );
+    let a = Server::boot(&files, LOOPBACK, &[]);
+    let a_port = a.port.to_string();
+    let b = Server::boot(&files, LOOPBACK, &["--replicaof", "127.0.0.1", &a_port]);
+    let mut admin = a.login("admin", NASTY_PASSWORD);
+    for key in ["k1", "k2", "k3"] {
+        assert_eq!(admin.cmd(&["SET", key, "v"]), Reply::Simple("OK".into()));
+    }
+    let target =
+        |port: u16| Target::operator("127.0.0.1", port, OPERATOR_PASSWORD, Duration::from_secs(2));
+    block_on(async {
+        let ca = Conn::open(&target(a.port))
+            .await
+            .expect("the operator logs in");
+        let cb = Conn::open(&target(b.port))
+            .await
+            .expect("the operator logs in");
+        ca.ping().await.unwrap();
+        let ib = eventually("the replica syncs", async || {
+            cb.info().await.ok().filter(|i| i.link_up && i.keys == 3)
+        })
+        .await;
+        assert_eq!(ib.role, Some(Role::Replica));
+        assert_eq!(ib.primary_host.as_deref(), Some("127.0.0.1"));
+        assert_eq!(ib.primary_port, Some(a.port));
+        assert!(ib.has_synced(), "{ib:?}");
+        let ia = ca.info().await.unwrap();
+        assert_eq!(ia.role, Some(Role::Primary));
+        assert_eq!((ia.connected_replicas, ia.online_replicas), (1, 1));
+        assert_eq!(ia.keys, 3);
+        assert!(ia.offset > 0 && ia.offset >= ib.offset, "{ia:?} {ib:?}");
+
+        // A planned switchover: FAILOVER TO the replica by its address.
+        assert_eq!(
+            ca.failover_to("127.0.0.1", b.port, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            FailoverStarted::Started
+        );
+        eventually("the roles swap", async || {
+            let (ia, ib) = (ca.info().await.ok()?, cb.info().await.ok()?);
+            (ia.role == Some(Role::Replica) && ib.role == Some(Role::Primary)).then_some(())
+        })
+        .await;
+        // A second FAILOVER on what is now a replica is refused, in the server's words.
+        assert!(matches!(
+            ca.failover_to("127.0.0.1", b.port, Duration::from_secs(1))
+                .await
+                .unwrap(),
+            FailoverStarted::Refused(_)
+        ));
+
+        // And back by hand, as a failover does: promote a, point b at it.
+        ca.promote().await.unwrap();
+        cb.replicate_from("127.0.0.1", a.port).await.unwrap();
+        eventually("b follows a again", async || {
+            cb.info()
+                .await
+                .ok()
+                .filter(|i| i.link_up && i.primary_port == Some(a.port))
+        })
+        .await;
+        assert_eq!(ca.info().await.unwrap().role, Some(Role::Primary));
+
+        // Fencing: asking for more in-sync replicas than a has stops its writes.
+        ca.config_set("min-replicas-to-write", "2").await.unwrap();
+        assert_eq!(
+            ca.config_get("min-replicas-to-write")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("2")
+        );
+        let mut admin = a.login("admin", NASTY_PASSWORD);
+        assert!(
+            admin
+                .cmd(&["SET", "k4", "v"])
+                .error()
+                .starts_with("NOREPLICAS"),
+            "a fenced primary refuses writes"
+        );
+        ca.config_set("min-replicas-to-write", "1").await.unwrap();
+        assert_eq!(admin.cmd(&["SET", "k4", "v"]), Reply::Simple("OK".into()));
+
+        // CLIENT KILL TYPE normal drops the clients, not the operator's own connection.
+        assert!(ca.kill_normal_clients().await.unwrap() >= 1);
+        ca.ping().await.expect("the operator's connection survives");
+
+        // A replica of a primary that never answered has never synced.
+        let nobody = free_port().to_string();
+        let c = Server::boot(&files, LOOPBACK, &["--replicaof", "127.0.0.1", &nobody]);
+        let ic = Conn::open(&target(c.port))
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap();
+        assert_eq!(ic.role, Some(Role::Replica));
+        assert!(!ic.has_synced(), "{ic:?}");
+        assert_eq!(ic.keys, 0);
+
+        // Wrong password, or nobody listening: an error, within the timeout, not a hang.
+        let mut wrong = target(a.port);
+        wrong.password = "not-it".into();
+        assert!(Conn::open(&wrong).await.is_err());
+        let started = Instant::now();
+        assert!(Conn::open(&target(free_port())).await.is_err());
+        assert!(started.elapsed() < Duration::from_secs(5));
+    });
 }

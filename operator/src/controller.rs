@@ -22,6 +22,7 @@ use valkey_core::api::Valkey;
 use valkey_core::api::names::{self, labels};
 use valkey_core::reconcile::{self, Error};
 
+use crate::health;
 use crate::metrics::Metrics;
 
 /// A healthy instance is looked at again after this long even without any event: a safety net,
@@ -81,10 +82,21 @@ pub async fn run(
             instance: options.instance.clone(),
         },
     );
+    let memory = Arc::new(reconcile::failover::Memory::default());
+    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
+    let (health_stop_tx, health_stop_rx) = watch::channel(false);
+    let health = tokio::spawn(health::run(memory.clone(), trigger_tx, async move {
+        let mut rx = health_stop_rx;
+        let _ = rx.wait_for(|s| *s).await;
+    }));
+    let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
     let state = Arc::new(State {
         context: reconcile::Context {
             client: client.clone(),
             recorder,
+            memory,
         },
         metrics,
         failures: Mutex::new(HashMap::new()),
@@ -112,6 +124,8 @@ pub async fn run(
                 )
             },
         )
+        // The health loop's word: a primary stopped (or resumed) answering.
+        .reconcile_on(triggers)
         .with_config(kube::runtime::controller::Config::default().concurrency(options.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile_one, error_policy, state)
@@ -121,6 +135,8 @@ pub async fn run(
             }
         })
         .await;
+    let _ = health_stop_tx.send(true);
+    let _ = health.await;
     info!("controller stopped");
 }
 
@@ -153,6 +169,9 @@ async fn reconcile_one(valkey: Arc<Valkey>, state: Arc<State>) -> Result<Action,
     state
         .metrics
         .reconciled(started.elapsed(), result.as_ref().err().map(Error::reason));
+    if let Ok(Some((reason, took))) = result.as_ref().map(|r| r.failover.as_ref()) {
+        state.metrics.failed_over(reason, *took);
+    }
     let _entered = span.enter();
     match result {
         Ok(report) => {
@@ -162,7 +181,7 @@ async fn reconcile_one(valkey: Arc<Valkey>, state: Arc<State>) -> Result<Action,
             if !report.changes.is_empty() {
                 info!(phase = %report.phase, changes = report.changes.len(), "reconciled");
             }
-            Ok(Action::requeue(RESYNC))
+            Ok(Action::requeue(report.requeue_after.unwrap_or(RESYNC)))
         }
         Err(e) => {
             warn!(error = %e, "reconcile failed");

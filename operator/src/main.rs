@@ -1,6 +1,7 @@
 //! `valkey-operator`: runs Valkey instances on Kubernetes.
 
 mod controller;
+mod health;
 mod http;
 mod metrics;
 mod telemetry;

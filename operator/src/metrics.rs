@@ -25,6 +25,11 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: String,
 }
@@ -36,6 +41,8 @@ pub struct Metrics {
     duration: Histogram,
     instances: Family<StatusLabels, Gauge>,
     leader: Gauge,
+    failovers: Family<ReasonLabels, Counter>,
+    failover_duration: Histogram,
 }
 
 impl Metrics {
@@ -46,6 +53,9 @@ impl Metrics {
         let duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
         let instances = Family::<StatusLabels, Gauge>::default();
         let leader = Gauge::default();
+        let failovers = Family::<ReasonLabels, Counter>::default();
+        // 10 ms .. about 20 s.
+        let failover_duration = Histogram::new(exponential_buckets(0.01, 2.0, 12));
         registry.register(
             "reconciles",
             "Reconciles of Valkey instances, by result",
@@ -71,6 +81,16 @@ impl Metrics {
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
+        registry.register(
+            "failovers",
+            "Moves of the primary role (failovers and planned switchovers), by reason",
+            failovers.clone(),
+        );
+        registry.register(
+            "failover_duration_seconds",
+            "From the decision to promote to the new primary recorded, labelled and followed",
+            failover_duration.clone(),
+        );
         Arc::new(Self {
             registry,
             reconciles,
@@ -78,6 +98,8 @@ impl Metrics {
             duration,
             instances,
             leader,
+            failovers,
+            failover_duration,
         })
     }
 
@@ -90,6 +112,15 @@ impl Metrics {
         if let Some(reason) = error {
             self.errors.get_or_create(&ErrorLabels { reason }).inc();
         }
+    }
+
+    pub fn failed_over(&self, reason: &str, took: Duration) {
+        self.failovers
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+        self.failover_duration.observe(took.as_secs_f64());
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -183,6 +183,10 @@ pub enum Command {
     #[command(after_help = SCALE_EXAMPLES)]
     Scale(ScaleArgs),
 
+    /// Hand the primary role to a replica (planned switchover through the operator) and wait
+    #[command(after_help = FAILOVER_EXAMPLES)]
+    Failover(FailoverArgs),
+
     /// Install the operator: its CRD, RBAC and Deployment (the manifests are in the plugin)
     #[command(after_help = INSTALL_EXAMPLES)]
     Install(InstallArgs),
@@ -284,6 +288,19 @@ Examples:
 
   # Stop the instance, keeping its data
   kubectl valkey scale cache --replicas 0";
+
+const FAILOVER_EXAMPLES: &str = "\
+Examples:
+  # Hand over to the replica that is most up to date
+  kubectl valkey failover cache
+
+  # Hand over to a given pod
+  kubectl valkey failover cache --to cache-2
+
+The operator runs Valkey's own FAILOVER TO on the primary: writes pause while the replica catches
+up (at most 5 s), the roles swap, then the read-write Service follows the new primary. The
+command asks the operator through the annotation database.kuberly.io/switchover and waits for
+the outcome (status.lastFailover, or a SwitchoverRefused event saying why not).";
 
 const INSTALL_EXAMPLES: &str = "\
 Examples:
@@ -516,6 +533,20 @@ pub struct ScaleArgs {
     /// The new number of pods (0 to 5; 0 stops the instance and keeps its data)
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub replicas: i32,
+}
+
+#[derive(Args, Debug)]
+pub struct FailoverArgs {
+    /// The instance
+    pub name: String,
+
+    /// The pod to hand over to (default: the replica most up to date)
+    #[arg(long, value_name = "POD")]
+    pub to: Option<String>,
+
+    /// How long to wait for the operator
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "60s")]
+    pub timeout: Duration,
 }
 
 #[derive(Args, Debug)]

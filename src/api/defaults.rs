@@ -10,6 +10,14 @@ pub const PASSWORD_KEY: &str = "password";
 pub const STORAGE: &str = "1Gi";
 pub const CPU: &str = "100m";
 pub const MEMORY: &str = "256Mi";
+/// `spec.failoverDelay`: long enough to ride out a missed probe or a short network blip, short
+/// enough that a dead primary is replaced within seconds.
+pub const FAILOVER_DELAY_TEXT: &str = "3s";
+pub const FAILOVER_DELAY: std::time::Duration = std::time::Duration::from_secs(3);
+/// `spec.fencing`: a primary needs one replica in sync to take writes...
+pub const MIN_REPLICAS_TO_WRITE: i32 = 1;
+/// ... whose acknowledgement is at most this many seconds old.
+pub const MAX_LAG_SECONDS: i32 = 10;
 /// Longest Valkey name: every derived object name and label value must stay valid.
 pub const MAX_NAME_LENGTH: usize = 40;
 
@@ -43,4 +51,16 @@ pub fn cpu() -> String {
 
 pub fn memory() -> String {
     MEMORY.to_owned()
+}
+
+pub fn failover_delay() -> String {
+    FAILOVER_DELAY_TEXT.to_owned()
+}
+
+pub fn min_replicas_to_write() -> i32 {
+    MIN_REPLICAS_TO_WRITE
+}
+
+pub fn max_lag_seconds() -> i32 {
+    MAX_LAG_SECONDS
 }

@@ -51,7 +51,7 @@ pub struct ValkeySpec {
     pub image: String,
 
     /// Number of Valkey pods: 0 stops the instance (data kept), 1 runs a standalone primary,
-    /// 2 to 5 run one primary and replicas with Sentinel failover.
+    /// 2 to 5 run one primary and replicas; the operator promotes a replica when the primary fails.
     #[serde(default = "defaults::replicas")]
     #[x_kube(validation = Rule::new("self >= 0 && self <= 5")
         .message(Message::Message("spec.replicas must be between 0 and 5 (0 stops the instance and keeps its data)".into())))]
@@ -62,8 +62,12 @@ pub struct ValkeySpec {
     /// password-less `default` user off, so only this user can log in.
     #[serde(default = "defaults::user")]
     #[schemars(length(min = 1, max = 64))]
-    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._-]*$')")
-        .message(Message::Message("spec.user must be letters, digits, '.', '_' or '-' and start with a letter or digit, e.g. admin".into())))]
+    #[x_kube(
+        validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._-]*$')")
+            .message(Message::Message("spec.user must be letters, digits, '.', '_' or '-' and start with a letter or digit, e.g. admin".into())),
+        validation = Rule::new("self != 'valkey-operator'")
+            .message(Message::Message("spec.user must not be valkey-operator: the operator logs in as that user; pick another name".into())),
+    )]
     pub user: String,
 
     /// An existing Secret that holds the password. When absent, the operator generates a random
@@ -85,6 +89,26 @@ pub struct ValkeySpec {
     #[schemars(schema_with = "config_schema")]
     pub config: BTreeMap<String, String>,
 
+    /// How long the primary may be NotReady or not answer the operator before the operator
+    /// promotes a replica, e.g. `3s`, `500ms`, `1m` (at most 10m); `0s` acts at the first missed
+    /// answer. A deleted or terminating primary pod, or one on a NotReady or unreachable node,
+    /// is replaced at once. A replica is only promoted while it answers the operator.
+    #[serde(default = "defaults::failover_delay")]
+    #[schemars(length(min = 2, max = 16))]
+    #[x_kube(
+        validation = Rule::new(FAILOVER_DELAY_FORM_RULE)
+            .message(Message::Message("spec.failoverDelay must be a duration such as 3s, 500ms or 1m (units ms, s, m)".into())),
+        validation = Rule::new(FAILOVER_DELAY_BOUND_RULE)
+            .message(Message::Message("spec.failoverDelay must be at most 10m".into())),
+    )]
+    pub failover_delay: String,
+
+    /// How a primary stops taking writes when it is cut off from its replicas, so that an old
+    /// primary on the wrong side of a partition cannot keep acknowledging writes that a failover
+    /// would lose.
+    #[serde(default)]
+    pub fencing: FencingSpec,
+
     /// Node labels the pods must run on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
@@ -96,6 +120,98 @@ pub struct ValkeySpec {
     /// Affinity of the pods. When absent, pods prefer to run on different nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+}
+
+/// The form of `spec.failoverDelay`: numbers with the units ms, s or m, e.g. `1m30s`.
+pub const FAILOVER_DELAY_FORM_RULE: &str = "self.matches('^([0-9]{1,6}(ms|s|m))+$')";
+/// The bound of `spec.failoverDelay` (checked only once its form is right).
+pub const FAILOVER_DELAY_BOUND_RULE: &str =
+    "!self.matches('^([0-9]{1,6}(ms|s|m))+$') || duration(self) <= duration('10m')";
+/// Longest `spec.failoverDelay`.
+pub const MAX_FAILOVER_DELAY: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl ValkeySpec {
+    /// `spec.failoverDelay` as a duration. A value the CRD would refuse (an old CRD, a client
+    /// that bypassed it) reads as the default, never as "no delay".
+    pub fn failover_delay(&self) -> std::time::Duration {
+        parse_duration(&self.failover_delay)
+            .filter(|d| *d <= MAX_FAILOVER_DELAY)
+            .unwrap_or(defaults::FAILOVER_DELAY)
+    }
+}
+
+/// `3s`, `500ms`, `1m30s`: numbers with the units ms, s or m, as `spec.failoverDelay` takes them.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 || digits > 6 {
+            return None;
+        }
+        let (number, tail) = rest.split_at(digits);
+        let number: u64 = number.parse().ok()?;
+        let (unit, tail) = if let Some(tail) = tail.strip_prefix("ms") {
+            (Duration::from_millis(number), tail)
+        } else if let Some(tail) = tail.strip_prefix('s') {
+            (Duration::from_secs(number), tail)
+        } else if let Some(tail) = tail.strip_prefix('m') {
+            (Duration::from_secs(number.checked_mul(60)?), tail)
+        } else {
+            return None;
+        };
+        total = total.checked_add(unit)?;
+        rest = tail;
+    }
+    Some(total)
+}
+
+/// Fencing of a cut-off primary (valkey's `min-replicas-to-write` and `min-replicas-max-lag`).
+///
+/// The primary refuses writes while fewer than `minReplicasToWrite` replicas have acknowledged
+/// its replication stream within the last `maxLagSeconds` seconds. So a primary cut off from
+/// all its replicas stops accepting writes at most `maxLagSeconds` (plus up to one second of
+/// valkey's own bookkeeping) after it lost them. The operator applies it to the primary only
+/// while the instance has more than one pod (a standalone primary has nobody to wait for), and
+/// never asks for more replicas than the instance has.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FencingSpec {
+    /// Replicas that must be connected and in sync for the primary to take writes; 0 turns
+    /// fencing off (a cut-off primary then takes writes that a failover loses).
+    #[serde(default = "defaults::min_replicas_to_write")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 4")
+        .message(Message::Message("spec.fencing.minReplicasToWrite must be between 0 and 4 (0 turns fencing off)".into())))]
+    pub min_replicas_to_write: i32,
+    /// How recent (in seconds) a replica's acknowledgement must be to count: the bound on how
+    /// long a cut-off primary keeps taking writes.
+    #[serde(default = "defaults::max_lag_seconds")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 60")
+        .message(Message::Message("spec.fencing.maxLagSeconds must be between 1 and 60".into())))]
+    pub max_lag_seconds: i32,
+}
+
+impl Default for FencingSpec {
+    fn default() -> Self {
+        Self {
+            min_replicas_to_write: defaults::min_replicas_to_write(),
+            max_lag_seconds: defaults::max_lag_seconds(),
+        }
+    }
+}
+
+impl ValkeySpec {
+    /// The `min-replicas-to-write` the primary gets with `replicas` pods: at most the number of
+    /// replicas the instance has, 0 for a standalone instance.
+    pub fn min_replicas_to_write(&self) -> i32 {
+        self.fencing
+            .min_replicas_to_write
+            .clamp(0, (self.replicas - 1).max(0))
+    }
 }
 
 /// Every object the operator derives from a Valkey is named `<name>` or `<name>-<suffix>`, and a
@@ -215,7 +331,7 @@ impl Default for ResourceSpec {
 }
 
 /// valkey.conf directives the operator writes itself, or that would break it (files, network,
-/// auth, replication, process supervision, command names its probes use).
+/// auth, replication, fencing (spec.fencing), process supervision, command names its probes use).
 pub const OPERATOR_OWNED_CONFIG_KEYS: &[&str] = &[
     "aclfile",
     "bind",
@@ -227,6 +343,10 @@ pub const OPERATOR_OWNED_CONFIG_KEYS: &[&str] = &[
     "logfile",
     "masterauth",
     "masteruser",
+    "min-replicas-max-lag",
+    "min-replicas-to-write",
+    "min-slaves-max-lag",
+    "min-slaves-to-write",
     "pidfile",
     "port",
     "protected-mode",
@@ -289,9 +409,14 @@ pub struct ValkeyStatus {
     /// Pods that are ready to serve.
     #[serde(default)]
     pub ready_replicas: i32,
-    /// The pod that takes writes now.
+    /// The pod that takes writes now: the one the operator recorded as primary, seen answering
+    /// as a primary. Absent while no pod is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary: Option<String>,
+    /// The last time the operator moved the primary role: an automatic failover or a planned
+    /// switchover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<LastFailover>,
     /// Label selector of the instance's pods (for the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
@@ -305,6 +430,24 @@ pub struct ValkeyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// One move of the primary role, as `status.lastFailover` records it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastFailover {
+    /// The pod that was primary (absent when it was unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The pod promoted.
+    pub to: String,
+    /// Why, as one word: PodDeleted, PodTerminating, NodeNotReady, NodeUnreachable, PodNotReady,
+    /// Unreachable, NotPrimary, Switchover.
+    pub reason: String,
+    /// When the operator decided.
+    pub time: Time,
+    /// How long the move took, from the decision to the new primary labelled, e.g. `850ms`.
+    pub duration: String,
 }
 
 /// The instance's phase, as one word.

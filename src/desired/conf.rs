@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::instance::Instance;
 use super::{BuildError, quantity};
+use crate::api::names::OPERATOR_USER;
 use crate::api::{OPERATOR_OWNED_CONFIG_KEYS, ValkeySpec};
 
 pub const PORT: i32 = 6379;
@@ -18,6 +19,16 @@ pub const VALKEY_CONF_KEY: &str = "valkey.conf";
 pub const START_SH_KEY: &str = "start.sh";
 /// ConfigMap key holding the name of the pod that starts as primary.
 pub const PRIMARY_KEY: &str = "primary";
+/// ConfigMap key saying (`true`) that the instance has run with a primary and replicas before,
+/// so its data lives on: a primary that finds its data directory empty then refuses to start
+/// (the boot guard) instead of serving, and replicating, an empty dataset.
+pub const INITIALIZED_KEY: &str = "initialized";
+/// ConfigMap key holding the `min-replicas-to-write` every pod starts with (spec.fencing,
+/// 0 for a standalone instance). A key of its own, read at start, so scaling does not roll the
+/// pods; the operator sets the running primary's value live.
+pub const MIN_REPLICAS_KEY: &str = "min-replicas-to-write";
+/// Files in the data directory that hold a dataset (the AOF directory, an RDB snapshot).
+pub const DATA_FILES: &[&str] = &["appendonlydir", "dump.rdb"];
 pub const AUTH_CONF_KEY: &str = "auth.conf";
 /// auth.conf's path relative to [`CONFIG_DIR`].
 pub const AUTH_CONF_PATH: &str = "auth/auth.conf";
@@ -62,14 +73,16 @@ pub(crate) fn valkey_conf(instance: &Instance) -> Result<String, BuildError> {
 fn default_settings(spec: &ValkeySpec) -> Result<BTreeMap<String, String>, BuildError> {
     let mut settings = BTreeMap::new();
     let mut set = |key: &str, value: &str| settings.insert(key.to_owned(), value.to_owned());
-    if spec.volume.enabled {
-        set("appendonly", "yes");
-        set("appendfsync", "everysec");
-    } else {
-        // Nothing survives a restart on an emptyDir anyway; snapshots would only cost forks.
-        set("appendonly", "no");
-        set("save", "");
-    }
+    // On an emptyDir too: a container restart inside the same pod keeps the emptyDir, and so
+    // comes back with its data instead of empty.
+    set("appendonly", "yes");
+    set("appendfsync", "everysec");
+    // Fencing: how recent a replica's acknowledgement must be to count towards
+    // min-replicas-to-write (which start.sh passes and the operator sets live).
+    set(
+        "min-replicas-max-lag",
+        &spec.fencing.max_lag_seconds.clamp(1, 60).to_string(),
+    );
     set("replica-serve-stale-data", "yes");
     set("replica-read-only", "yes");
     set("maxmemory", &maxmemory(&spec.resource.memory)?.to_string());
@@ -127,7 +140,7 @@ fn directive(key: &str, value: &str) -> String {
 }
 
 /// auth.conf: the ACL and the credentials replicas use towards the primary.
-pub(crate) fn auth_conf(instance: &Instance, password: &str) -> String {
+pub(crate) fn auth_conf(instance: &Instance, password: &str, operator_password: &str) -> String {
     let user = &instance.valkey.spec.user;
     let mut conf = format!(
         "# ACL of Valkey {}/{}, rendered by valkey-operator from its password Secret.\n",
@@ -144,10 +157,38 @@ pub(crate) fn auth_conf(instance: &Instance, password: &str) -> String {
         conf.push_str("user default off resetpass -@all\n");
     }
     conf.push_str(&full_rights(user));
+    conf.push_str(&operator_user(operator_password));
     // Every pod may be a replica, so each carries the credentials to sync from the primary.
     conf.push_str(&format!("masteruser {}\n", quote(user.as_bytes())));
     conf.push_str(&format!("masterauth {}\n", quote(password.as_bytes())));
     conf
+}
+
+/// What the operator may run, and why; no key and no channel:
+/// - `ping`: the health check of each primary, about once a second;
+/// - `info`: role, replication offsets, link status and key counts (`INFO replication`,
+///   `INFO keyspace`);
+/// - `replicaof`: promote a replica (`REPLICAOF NO ONE`) and point the others at it;
+/// - `failover`: planned switchover (`FAILOVER TO host port TIMEOUT ms`);
+/// - `config|get`, `config|set`: fencing (`min-replicas-to-write`) on the running primary;
+/// - `client|kill`: drop the clients of a demoted primary (`CLIENT KILL TYPE normal`).
+pub const OPERATOR_COMMANDS: &[&str] = &[
+    "ping",
+    "info",
+    "replicaof",
+    "failover",
+    "config|get",
+    "config|set",
+    "client|kill",
+];
+
+/// The operator's own ACL user ([`OPERATOR_USER`]): only [`OPERATOR_COMMANDS`].
+fn operator_user(password: &str) -> String {
+    let commands: String = OPERATOR_COMMANDS.iter().map(|c| format!(" +{c}")).collect();
+    format!(
+        "user {OPERATOR_USER} on {} resetkeys resetchannels -@all{commands}\n",
+        quote(format!(">{password}").as_bytes())
+    )
 }
 
 /// One double-quoted argument that valkey's config parser (sdssplitargs) reads back as exactly
@@ -175,9 +216,19 @@ pub(crate) fn quote(bytes: &[u8]) -> String {
 /// The container's entrypoint. The pod decides at every start whether it is the primary, from
 /// the ConfigMap's `primary` key: the operator changes that key on failover without rolling the
 /// pods, so a restarted former primary comes back as a replica of the new one.
+///
+/// The boot guard: the primary of an instance that has run before (`initialized`) refuses to
+/// start when its data directory holds no dataset (an emptyDir of a new pod, a lost volume):
+/// serving it would make the replicas sync the empty dataset and lose every copy. It exits
+/// instead; the operator sees the primary fail and promotes a replica that holds the data.
 pub(crate) fn start_sh(instance: &Instance) -> String {
     let headless = instance.names.headless_service();
     let namespace = instance.namespace;
+    let data_files = DATA_FILES
+        .iter()
+        .map(|f| format!("[ ! -e {DATA_DIR}/{f} ]"))
+        .collect::<Vec<_>>()
+        .join(" && ");
     format!(
         r#"# Entrypoint of the valkey container, rendered by valkey-operator.
 set -eu
@@ -188,12 +239,25 @@ if [ -z "$primary" ]; then
   echo "no primary pod named in {CONFIG_DIR}/{PRIMARY_KEY}; refusing to start" >&2
   exit 1
 fi
+min_replicas=$(cat {CONFIG_DIR}/{MIN_REPLICAS_KEY} 2>/dev/null || true)
+case "$min_replicas" in ''|*[!0-9]*) min_replicas=0 ;; esac
 if [ "$primary" = "$POD_NAME" ]; then
-  exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY}
+  initialized=$(cat {CONFIG_DIR}/{INITIALIZED_KEY} 2>/dev/null || true)
+  if [ "$initialized" = true ] && {data_files}; then
+    echo "refusing to start as the primary with no data in {DATA_DIR}: this instance has run before, so its data is on a replica, which the operator promotes" >&2
+    exit 1
+  fi
+  exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY} --min-replicas-to-write "$min_replicas"
 fi
-exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY} --replicaof "$primary.{headless}.{namespace}.svc.cluster.local" {PORT}
+exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY} --min-replicas-to-write "$min_replicas" --replicaof "$primary.{headless}.{namespace}.svc.cluster.local" {PORT}
 "#
     )
+}
+
+/// The stable DNS name of `pod`, through the headless Service: what replicas are pointed at.
+pub fn pod_host(instance: &str, namespace: &str, pod: &str) -> String {
+    let headless = crate::api::names::ObjectNames::new(instance).headless_service();
+    format!("{pod}.{headless}.{namespace}.svc.cluster.local")
 }
 
 /// sha256 (hex) over everything a running valkey-server read at start, so a change of any of

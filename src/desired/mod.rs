@@ -21,8 +21,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 pub use conf::{
-    AUTH_CONF_KEY, CONFIG_DIR, DATA_DIR, MAXMEMORY_PERCENT, PORT, PRIMARY_KEY, START_SH_KEY,
-    VALKEY_CONF_KEY,
+    AUTH_CONF_KEY, CONFIG_DIR, DATA_DIR, DATA_FILES, INITIALIZED_KEY, MAXMEMORY_PERCENT,
+    MIN_REPLICAS_KEY, OPERATOR_COMMANDS, PORT, PRIMARY_KEY, START_SH_KEY, VALKEY_CONF_KEY,
+    pod_host,
 };
 pub use config_map::config_map;
 pub use error::BuildError;
@@ -30,7 +31,7 @@ pub use password::{PASSWORD_BYTES, generate_password, password_from_bytes};
 pub use pdb::pod_disruption_budget;
 pub use pod::VALKEY_UID;
 pub use quantity::quantity_millis;
-pub use secret::{acl_secret, generated_secret};
+pub use secret::{OPERATOR_PASSWORD_KEY, acl_secret, generated_secret, operator_secret};
 pub use service::{headless_service, read_only_service, read_write_service};
 pub use statefulset::{CONTAINER, PORT_NAME, statefulset};
 
@@ -51,6 +52,13 @@ pub struct Facts {
     /// The password was just generated because `<name>-auth` does not exist yet, so that Secret
     /// must be created. Ignored when `spec.passwordSecret` is set.
     pub new_password: bool,
+    /// The password of the operator's own ACL user: read from `<name>-operator`, or just
+    /// generated.
+    pub operator_password: String,
+    /// The operator's password was just generated, so `<name>-operator` must be created.
+    pub new_operator_password: bool,
+    /// The instance has run with a primary and replicas before (see [`INITIALIZED_KEY`]).
+    pub initialized: bool,
 }
 
 impl fmt::Debug for Facts {
@@ -59,6 +67,9 @@ impl fmt::Debug for Facts {
             .field("primary", &self.primary)
             .field("password", &"<redacted>")
             .field("new_password", &self.new_password)
+            .field("operator_password", &"<redacted>")
+            .field("new_operator_password", &self.new_operator_password)
+            .field("initialized", &self.initialized)
             .finish()
     }
 }
@@ -68,6 +79,8 @@ impl fmt::Debug for Facts {
 pub struct Desired {
     /// `<name>-auth`: create if absent, never update (see [`generated_secret`]).
     pub generated_secret: Option<Secret>,
+    /// `<name>-operator`: create if absent, never update (see [`operator_secret`]).
+    pub operator_secret: Option<Secret>,
     pub acl_secret: Secret,
     pub config_map: ConfigMap,
     pub statefulset: StatefulSet,
@@ -85,11 +98,17 @@ pub fn objects(valkey: &Valkey, facts: &Facts) -> Result<Desired, BuildError> {
     } else {
         None
     };
+    let operator_secret = if facts.new_operator_password {
+        Some(operator_secret(valkey, &facts.operator_password)?)
+    } else {
+        None
+    };
     Ok(Desired {
         generated_secret,
-        acl_secret: acl_secret(valkey, &facts.password)?,
-        config_map: config_map(valkey, facts.primary.as_deref())?,
-        statefulset: statefulset(valkey, &facts.password)?,
+        operator_secret,
+        acl_secret: acl_secret(valkey, facts)?,
+        config_map: config_map(valkey, facts)?,
+        statefulset: statefulset(valkey, facts)?,
         read_write_service: read_write_service(valkey)?,
         read_only_service: read_only_service(valkey)?,
         headless_service: headless_service(valkey)?,

@@ -14,12 +14,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::conf::{
-    self, AUTH_CONF_KEY, AUTH_CONF_PATH, CONFIG_DIR, DATA_DIR, PORT, PRIMARY_KEY, START_SH_KEY,
-    VALKEY_CONF_KEY,
+    self, AUTH_CONF_KEY, AUTH_CONF_PATH, CONFIG_DIR, DATA_DIR, INITIALIZED_KEY, MIN_REPLICAS_KEY,
+    PORT, PRIMARY_KEY, START_SH_KEY, VALKEY_CONF_KEY,
 };
 use super::instance::Instance;
 use super::statefulset::{CONTAINER, PORT_NAME};
-use super::{BuildError, CONFIG_HASH_ANNOTATION};
+use super::{BuildError, CONFIG_HASH_ANNOTATION, Facts};
 use crate::api::defaults;
 use crate::api::names::{DATA_VOLUME, labels};
 
@@ -34,8 +34,8 @@ const COMPONENT: &str = "server";
 /// Env var the start script compares with the `primary` key.
 const POD_NAME_ENV: &str = "POD_NAME";
 
-pub(crate) fn template(instance: &Instance, password: &str) -> Result<PodTemplateSpec, BuildError> {
-    let hash = config_hash(instance, password)?;
+pub(crate) fn template(instance: &Instance, facts: &Facts) -> Result<PodTemplateSpec, BuildError> {
+    let hash = config_hash(instance, facts)?;
     let spec = &instance.valkey.spec;
     Ok(PodTemplateSpec {
         metadata: Some(ObjectMeta {
@@ -62,11 +62,11 @@ pub(crate) fn template(instance: &Instance, password: &str) -> Result<PodTemplat
     })
 }
 
-fn config_hash(instance: &Instance, password: &str) -> Result<String, BuildError> {
+fn config_hash(instance: &Instance, facts: &Facts) -> Result<String, BuildError> {
     Ok(conf::config_hash(
         &conf::valkey_conf(instance)?,
         &conf::start_sh(instance),
-        &conf::auth_conf(instance, password),
+        &conf::auth_conf(instance, &facts.password, &facts.operator_password),
     ))
 }
 
@@ -298,9 +298,15 @@ fn config_volume(instance: &Instance) -> Volume {
     let config_map = ConfigMapProjection {
         name: instance.names.config_map(),
         items: Some(
-            [VALKEY_CONF_KEY, START_SH_KEY, PRIMARY_KEY]
-                .map(|key| item(key, key))
-                .to_vec(),
+            [
+                VALKEY_CONF_KEY,
+                START_SH_KEY,
+                PRIMARY_KEY,
+                INITIALIZED_KEY,
+                MIN_REPLICAS_KEY,
+            ]
+            .map(|key| item(key, key))
+            .to_vec(),
         ),
         optional: Some(false),
     };

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 use super::conf::{self, AUTH_CONF_KEY};
 use super::instance::Instance;
-use super::{BuildError, check_password};
+use super::{BuildError, Facts, check_password};
 use crate::api::{Valkey, defaults};
 
 /// `<name>-auth` holding `password`, or `None` when `spec.passwordSecret` names the user's own.
@@ -28,16 +28,34 @@ pub fn generated_secret(valkey: &Valkey, password: &str) -> Result<Option<Secret
     )))
 }
 
-/// `<name>-acl` holding `auth.conf`, which valkey.conf includes: the ACL and the replication
-/// credentials. A Secret, not the ConfigMap, because it contains the password.
-pub fn acl_secret(valkey: &Valkey, password: &str) -> Result<Secret, BuildError> {
+/// Key of `<name>-operator` holding the operator user's password.
+pub const OPERATOR_PASSWORD_KEY: &str = "password";
+
+/// `<name>-operator` holding the password of the operator's own ACL user.
+///
+/// Like the generated password, the apply layer creates it only if absent and never updates it.
+pub fn operator_secret(valkey: &Valkey, operator_password: &str) -> Result<Secret, BuildError> {
     let instance = Instance::new(valkey)?;
-    check_password(&instance, password)?;
+    check_password(&instance, operator_password)?;
+    Ok(secret(
+        &instance,
+        instance.names.operator_secret(),
+        OPERATOR_PASSWORD_KEY,
+        operator_password,
+    ))
+}
+
+/// `<name>-acl` holding `auth.conf`, which valkey.conf includes: the ACL and the replication
+/// credentials. A Secret, not the ConfigMap, because it contains the passwords.
+pub fn acl_secret(valkey: &Valkey, facts: &Facts) -> Result<Secret, BuildError> {
+    let instance = Instance::new(valkey)?;
+    check_password(&instance, &facts.password)?;
+    check_password(&instance, &facts.operator_password)?;
     Ok(secret(
         &instance,
         instance.names.acl_secret(),
         AUTH_CONF_KEY,
-        &conf::auth_conf(&instance, password),
+        &conf::auth_conf(&instance, &facts.password, &facts.operator_password),
     ))
 }
 

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::instance::Instance;
-use super::{BuildError, check_password, pod};
+use super::{BuildError, Facts, check_password, pod};
 use crate::api::names::DATA_VOLUME;
 use crate::api::{ReclaimPolicy, Valkey};
 
@@ -21,10 +21,11 @@ pub const CONTAINER: &str = "valkey";
 /// Name of the Valkey port on the container and the Services.
 pub const PORT_NAME: &str = "valkey";
 
-/// The StatefulSet; `password` only feeds the config hash (it appears nowhere in the object).
-pub fn statefulset(valkey: &Valkey, password: &str) -> Result<StatefulSet, BuildError> {
+/// The StatefulSet; the passwords only feed the config hash (they appear nowhere in the object).
+pub fn statefulset(valkey: &Valkey, facts: &Facts) -> Result<StatefulSet, BuildError> {
     let instance = Instance::new(valkey)?;
-    check_password(&instance, password)?;
+    check_password(&instance, &facts.password)?;
+    check_password(&instance, &facts.operator_password)?;
     let volume = &valkey.spec.volume;
     Ok(StatefulSet {
         metadata: instance.meta(instance.names.statefulset()),
@@ -36,7 +37,7 @@ pub fn statefulset(valkey: &Valkey, password: &str) -> Result<StatefulSet, Build
             // not wait for each other; OrderedReady would also hold back every higher ordinal
             // behind one pod that cannot become ready. Rolling updates stay one pod at a time.
             pod_management_policy: Some("Parallel".to_owned()),
-            template: pod::template(&instance, password)?,
+            template: pod::template(&instance, facts)?,
             volume_claim_templates: volume
                 .enabled
                 .then(|| vec![volume_claim_template(&instance)]),

@@ -44,6 +44,9 @@ pub enum Error {
         source: kube::Error,
     },
 
+    #[error("failover: {0}")]
+    Failover(String),
+
     #[error("{0}")]
     Build(#[from] BuildError),
 
@@ -60,6 +63,7 @@ impl Error {
             Error::PasswordKeyMissing { .. } => "PasswordKeyMissing",
             Error::PasswordNotText { .. } => "PasswordNotText",
             Error::VolumeResize { .. } => "VolumeResizeFailed",
+            Error::Failover(_) => "FailoverFailed",
             Error::Build(_) => "InvalidSpec",
             Error::Kube(_) => "KubernetesApiError",
         }

@@ -133,3 +133,27 @@ fn truncate(mut note: String) -> String {
     }
     note
 }
+
+/// Publishes what the failover step told: FailoverStarted, PrimaryPromoted, and Warnings for a
+/// failover that cannot happen or a refused switchover.
+pub async fn failover(ctx: &Context, valkey: &Valkey, told: &[(bool, &'static str, String)]) {
+    if told.is_empty() {
+        return;
+    }
+    let reference = ObjectReference {
+        resource_version: valkey.resource_version(),
+        ..valkey.object_ref(&())
+    };
+    for (warning, reason, note) in told {
+        let type_ = if *warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let mut ev = event(type_, reason, note.clone());
+        ev.action = "Failover".to_owned();
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            warn!(error = %e, valkey = %valkey.name_any(), "could not publish an event");
+        }
+    }
+}

@@ -4,8 +4,12 @@
 
 mod error;
 mod events;
+pub mod failover;
 mod password;
 mod volumes;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -18,9 +22,9 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use crate::api::names::{self, FIELD_MANAGER, ObjectNames, labels, roles};
-use crate::api::{Phase, Valkey, ValkeyStatus};
+use crate::api::{LastFailover, Phase, Valkey, ValkeyStatus};
 use crate::apply::{self, Outcome};
-use crate::desired::{self, Facts};
+use crate::desired::{self, Facts, INITIALIZED_KEY, PRIMARY_KEY};
 use crate::status::{self, Observed};
 
 pub use error::Error;
@@ -31,6 +35,8 @@ pub use events::Change;
 pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
+    /// What the operator remembers of the pods between reconciles, shared with its health loop.
+    pub memory: Arc<failover::Memory>,
 }
 
 /// What a reconcile did, for metrics and logs.
@@ -38,6 +44,10 @@ pub struct Context {
 pub struct Report {
     pub phase: Phase,
     pub changes: Vec<Change>,
+    /// A move of the primary role this reconcile made: its reason and how long it took.
+    pub failover: Option<(String, Duration)>,
+    /// Look again after this long (a primary failing within failoverDelay, no candidate yet).
+    pub requeue_after: Option<Duration>,
 }
 
 /// Brings the cluster in line with `valkey` and records what it sees in its status. An error is
@@ -47,40 +57,125 @@ pub async fn reconcile(valkey: &Valkey, ctx: &Context) -> Result<Report, Error> 
     if valkey.metadata.deletion_timestamp.is_some() {
         // Children go with their owner (garbage collection); the StatefulSet's PVC retention
         // policy keeps or deletes the volumes. Nothing to do, and no finalizer to hold it up.
+        ctx.memory.forget(&namespace, &valkey.name_any());
         return Ok(Report {
             phase: Phase::Stopped,
             changes: Vec::new(),
+            failover: None,
+            requeue_after: None,
         });
     }
-    let primary = status::choose_primary(valkey);
-    let result = converge(valkey, &namespace, primary.clone(), ctx).await;
-    let (changes, error) = match &result {
-        Ok(changes) => (changes.clone(), None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
+    let result = converge(valkey, &namespace, ctx).await;
+    let (changes, error, seen) = match &result {
+        Ok(c) => (c.changes.clone(), None, c.seen.clone()),
+        Err(e) => (Vec::new(), Some(e.to_string()), Seen::default()),
     };
-    let phase = write_status(valkey, &namespace, primary, &changes, error, ctx).await?;
+    let phase = write_status(valkey, &namespace, &seen, &changes, error, ctx).await?;
     events::publish(ctx, valkey, &changes, result.as_ref().err()).await;
-    result.map(|changes| Report { phase, changes })
+    events::failover(ctx, valkey, &seen.events).await;
+    if seen.switchover_done {
+        // After the status and the events: whoever waits for the request to go sees the
+        // outcome (status.lastFailover, or a SwitchoverRefused event) with it.
+        clear_switchover(&ctx.client, &namespace, &valkey.name_any()).await?;
+    }
+    result.map(|c| Report {
+        phase,
+        changes: c.changes,
+        failover: c
+            .seen
+            .failover
+            .as_ref()
+            .map(|f| (f.reason.clone(), c.seen.took)),
+        requeue_after: c.seen.requeue_after,
+    })
 }
 
-/// Applies every object of the instance; returns what changed.
-async fn converge(
-    valkey: &Valkey,
-    namespace: &str,
+/// What the failover step saw and did, for the status and the events.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    /// The recorded primary, when it answers as one (or, unreachable, is Ready).
     primary: Option<String>,
-    ctx: &Context,
-) -> Result<Vec<Change>, Error> {
+    failover: Option<LastFailover>,
+    took: Duration,
+    fact: Option<String>,
+    events: Vec<(bool, &'static str, String)>,
+    requeue_after: Option<Duration>,
+    /// The switchover request was acted on: remove it, once the status says the outcome.
+    switchover_done: bool,
+}
+
+struct Converged {
+    changes: Vec<Change>,
+    seen: Seen,
+}
+
+/// Observes the pods and fails over when the primary failed, then applies every object of the
+/// instance; returns what changed.
+async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Converged, Error> {
     let client = &ctx.client;
     let credentials = password::resolve(client, valkey, namespace).await?;
+    let operator = password::resolve_operator(client, valkey, namespace).await?;
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let live_config = config_maps
+        .get_opt(&ObjectNames::new(&valkey.name_any()).config_map())
+        .await?;
+    let live_key = |key: &str| {
+        live_config
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(key))
+            .cloned()
+    };
+    let recorded = status::recorded_primary(valkey, live_key(PRIMARY_KEY).as_deref());
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let mut seen = Seen::default();
+    let mut outcome = None;
+    if let Some(recorded) = recorded.as_deref() {
+        // A new instance (no ConfigMap, no operator password yet) has no pod to ask.
+        if live_config.is_some() && !operator.generate {
+            let listed = instance_pods(&pods, valkey).await?;
+            let o = failover::run(
+                ctx,
+                valkey,
+                namespace,
+                &listed,
+                recorded,
+                &operator.password,
+            )
+            .await?;
+            seen.primary = match o.primary_answers {
+                Some(true) => Some(o.primary.clone()),
+                Some(false) => None,
+                // Not reachable by the operator: the kubelet's word.
+                None => listed
+                    .iter()
+                    .find(|p| p.name_any() == o.primary && p.metadata.deletion_timestamp.is_none())
+                    .filter(|p| status::is_ready(p))
+                    .map(|_| o.primary.clone()),
+            };
+            outcome = Some(o);
+        } else {
+            seen.primary = Some(recorded.to_owned());
+        }
+    }
+    let primary = outcome.as_ref().map(|o| o.primary.clone()).or(recorded);
+    let initialized = live_key(INITIALIZED_KEY).as_deref() == Some("true")
+        || outcome.as_ref().is_some_and(failover::Outcome::initialized);
     let facts = Facts {
         primary: primary.clone(),
         password: credentials.password,
         new_password: credentials.generate,
+        operator_password: operator.password,
+        new_operator_password: operator.generate,
+        initialized,
     };
     let desired = desired::objects(valkey, &facts)?;
     let mut changes = Vec::new();
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
-    if let Some(secret) = &desired.generated_secret {
+    for secret in [&desired.generated_secret, &desired.operator_secret]
+        .into_iter()
+        .flatten()
+    {
         changes.push(Change::of(
             "Secret",
             secret,
@@ -91,7 +186,6 @@ async fn converge(
         "Secret",
         apply::apply(&secrets, &desired.acl_secret).await?,
     ));
-    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     changes.push(Change::applied(
         "ConfigMap",
         apply::apply(&config_maps, &desired.config_map).await?,
@@ -135,10 +229,28 @@ async fn converge(
             apply::delete_managed(&pdbs, &pdb_name).await?,
         )),
     }
-    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
     changes.extend(label_roles(&pods, valkey, primary.as_deref()).await?);
     changes.retain(|c| c.outcome.changed());
-    Ok(changes)
+    if let Some(mut o) = outcome {
+        failover::finish(valkey, namespace, &mut o).await;
+        failover::fence(valkey, &o).await;
+        seen.switchover_done = o.switchover_done;
+        seen.took = failover::took(&o).unwrap_or_default();
+        seen.failover = o.failover;
+        seen.fact = o.fact;
+        seen.events = o.events;
+        seen.requeue_after = o.requeue_after;
+    }
+    Ok(Converged { changes, seen })
+}
+
+/// Removes the switchover request once it has been acted on (done or refused).
+async fn clear_switchover(client: &Client, namespace: &str, name: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {names::SWITCHOVER_ANNOTATION: null}}});
+    Api::<Valkey>::namespaced(client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 /// Labels each pod with its replication role, so the read-write Service follows the primary.
@@ -188,7 +300,7 @@ async fn label_roles(
 
 /// A patch with a uid precondition failed because the pod is gone (404) or is another pod of
 /// the same name now (422: metadata.uid is immutable).
-fn pod_gone_or_replaced(error: &kube::Error) -> bool {
+pub(crate) fn pod_gone_or_replaced(error: &kube::Error) -> bool {
     let kube::Error::Api(status) = error else {
         return false;
     };
@@ -217,7 +329,7 @@ async fn instance_pods(pods: &Api<Pod>, valkey: &Valkey) -> Result<Vec<Pod>, kub
 async fn write_status(
     valkey: &Valkey,
     namespace: &str,
-    primary: Option<String>,
+    seen: &Seen,
     changes: &[Change],
     error: Option<String>,
     ctx: &Context,
@@ -230,9 +342,11 @@ async fn write_status(
     let observed = Observed {
         statefulset: sts.as_ref(),
         pods: &pods,
-        primary,
+        primary: seen.primary.clone(),
+        last_failover: seen.failover.clone(),
+        fact: seen.fact.clone(),
         error,
-        changed: !changes.is_empty(),
+        changed: !changes.is_empty() || seen.failover.is_some(),
     };
     let new = status::compute(valkey, &observed, &Time(jiff_now()));
     let phase = new.status.unwrap_or(Phase::Pending);

@@ -77,3 +77,33 @@ pub async fn resolve(
         generate: false,
     })
 }
+
+/// The password of the operator's own ACL user, from `<name>-operator`, or a new one (the
+/// Secret is then created, and never overwritten).
+pub async fn resolve_operator(
+    client: &Client,
+    valkey: &Valkey,
+    namespace: &str,
+) -> Result<Credentials, Error> {
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let name = ObjectNames::new(&valkey.name_any()).operator_secret();
+    let password = secrets
+        .get_opt(&name)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(desired::OPERATOR_PASSWORD_KEY).cloned())
+        .and_then(|b| String::from_utf8(b.0).ok())
+        .filter(|p| !p.is_empty());
+    Ok(match password {
+        Some(password) => Credentials {
+            password,
+            generate: false,
+        },
+        // Absent (or emptied by hand): a new one. create_if_absent leaves an existing Secret
+        // alone, so an emptied one must be deleted to be replaced.
+        None => Credentials {
+            password: desired::generate_password()?,
+            generate: true,
+        },
+    })
+}

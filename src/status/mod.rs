@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::names::{self, ObjectNames};
-use crate::api::{Phase, Valkey, ValkeyStatus};
+use crate::api::{LastFailover, Phase, Valkey, ValkeyStatus};
 
 /// Condition types.
 pub mod conditions {
@@ -21,8 +21,12 @@ pub struct Observed<'a> {
     pub statefulset: Option<&'a StatefulSet>,
     /// The instance's pods (any order).
     pub pods: &'a [Pod],
-    /// The pod that takes writes, as the operator decided or Sentinel reported.
+    /// The pod that takes writes: the recorded primary, seen answering as one.
     pub primary: Option<String>,
+    /// A move of the primary role just made (kept from the previous status otherwise).
+    pub last_failover: Option<LastFailover>,
+    /// A fact about failover to tell in the conditions, e.g. that no replica can take over.
+    pub fact: Option<String>,
     /// Why the last reconcile could not finish, in words.
     pub error: Option<String>,
     /// Whether the last reconcile changed anything in the cluster.
@@ -49,6 +53,10 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
         error: observed.error.clone().unwrap_or_default(),
         ready_replicas: ready,
         primary: if desired == 0 { None } else { primary },
+        last_failover: observed
+            .last_failover
+            .clone()
+            .or(previous.last_failover.clone()),
         selector: Some(names::instance_selector(valkey_name(valkey))),
         observed_generation: valkey.metadata.generation,
         last_reconcile_at: previous.last_reconcile_at.clone(),
@@ -163,7 +171,10 @@ fn message(
         Phase::Stopped => "spec.replicas is 0: no pod runs; the data is kept".into(),
         Phase::Pending => "waiting for the StatefulSet to be created".into(),
         _ if rolling => format!("{ready}/{desired} pods ready; rolling out a new pod template"),
-        _ => format!("{ready}/{desired} pods ready"),
+        _ => match &observed.fact {
+            Some(fact) => format!("{ready}/{desired} pods ready; {fact}"),
+            None => format!("{ready}/{desired} pods ready"),
+        },
     }
 }
 
@@ -230,16 +241,19 @@ pub fn ordinal(instance: &str, pod: &str) -> Option<i32> {
     pod.strip_prefix(instance)?.strip_prefix('-')?.parse().ok()
 }
 
-/// The primary the instance should have: the recorded one while its pod is within the desired
-/// replicas, otherwise pod 0.
-pub fn choose_primary(valkey: &Valkey) -> Option<String> {
+/// The recorded primary: the ConfigMap key `primary` (where pods read it at start), else
+/// `status.primary`, else pod 0 (a new instance); pod 0 too when the recorded pod is outside
+/// `spec.replicas` (scaled away). `None` when the instance is stopped.
+pub fn recorded_primary(valkey: &Valkey, config_map_primary: Option<&str>) -> Option<String> {
     let name = valkey_name(valkey);
     if valkey.spec.replicas == 0 {
         return None;
     }
-    let recorded = valkey.status.as_ref().and_then(|s| s.primary.clone());
-    match recorded {
-        Some(p) if ordinal(name, &p).is_some_and(|o| o < valkey.spec.replicas) => Some(p),
-        _ => Some(ObjectNames::new(name).pod(0)),
-    }
+    let in_range = |p: &str| ordinal(name, p).is_some_and(|o| o >= 0 && o < valkey.spec.replicas);
+    let from_status = valkey.status.as_ref().and_then(|s| s.primary.clone());
+    config_map_primary
+        .map(str::to_owned)
+        .filter(|p| in_range(p))
+        .or(from_status.filter(|p| in_range(p)))
+        .or_else(|| Some(ObjectNames::new(name).pod(0)))
 }

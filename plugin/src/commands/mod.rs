@@ -3,6 +3,7 @@
 mod connect;
 mod create;
 mod delete;
+mod failover;
 mod install;
 mod list;
 mod logs;
@@ -28,6 +29,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cli(args) => connect::run(args, global).await,
         Command::Delete(args) => delete::run(args, global).await,
         Command::Scale(args) => scale::run(args, global).await,
+        Command::Failover(args) => failover::run(args, global).await,
         Command::Install(args) => install::run(args, global).await,
         Command::Completion(args) => {
             let mut command = Cli::command();
