@@ -10,10 +10,12 @@
 #     for the planned switchover this is the figure that matters);
 #   - acknowledged writes lost: writes whose SET was OK and whose WAIT 1 reported a replica, not
 #     readable afterwards on the primary (summed over the runs; must be 0);
-#   - fencing: the longest time a writer connected straight to the old primary's pod IP still had
-#     writes accepted, counted from the fault, or for the hang and the node loss from the moment
-#     the old primary woke up (SIGCONT, node start) — the bound on what a cut-off old primary
-#     takes;
+#   - acknowledged writes lost of those written straight to the old primary's pod IP (direct),
+#     by a second writer that holds a connection to it as a client of the headless Service would;
+#   - fencing: the longest time the old primary still accepted a write of that direct writer
+#     after another pod had become primary (the first 200 ms sample of INFO replication at each
+#     pod IP in which another pod answered role:master) — what a cut-off old primary takes;
+#   - 2 primaries: the longest time two pods answered role:master at once (200 ms samples);
 #   - settle: from the fault until every check holds again (one primary, the Service on it, the
 #     old primary a replica with its link up, status.primary), median.
 #
@@ -84,8 +86,8 @@ def fmt(x):
     return "-" if x is None else f"{x:.2f}"
 
 head = ("scenario", "runs", "first write s (med/worst)", "write pause s (med/worst)",
-        "acked", "acked lost", "fencing s (max)", "settle s (med)", "primary moved")
-print("%-22s %4s %26s %26s %8s %10s %16s %14s %13s" % head)
+        "acked", "lost (direct)", "fencing s (max)", "2 primaries s", "settle s (med)", "moved")
+print("%-22s %4s %26s %26s %8s %13s %16s %13s %14s %6s" % head)
 for name in order + sorted(set(by) - set(order)):
     rs = by.get(name)
     if not rs:
@@ -97,13 +99,14 @@ for name in order + sorted(set(by) - set(order)):
     fencing = max(windows) if windows else None
     settle = [r["time_to_settled"] for r in rs]
     moved = sum(1 for r in rs if r["new_primary"] != r["old_primary"])
-    print("%-22s %4d %26s %26s %8d %10d %16s %14s %13s" % (
+    print("%-22s %4d %26s %26s %8d %13s %16s %13s %14s %6s" % (
         name, len(rs),
         f"{fmt(med(first))} / {fmt(max(first) if first else None)}" + (f" ({unrecovered} never)" if unrecovered else ""),
         f"{fmt(med(pause))} / {fmt(max(pause))}",
         sum(r["acked"] for r in rs),
-        sum(r["lost_acked"] for r in rs),
+        f"{sum(r['lost_acked'] for r in rs)} ({sum(r['lost_acked_direct'] for r in rs)})",
         f"{fmt(fencing)} ({max(r['fencing_writes'] for r in rs)} w)" if windows else "-",
+        fmt(max(r["two_primaries"] for r in rs)),
         fmt(med(settle)),
         f"{moved}/{len(rs)}",
     ))

@@ -334,3 +334,79 @@ pub fn describe(views: &[PodView]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+/// Who answered `role:master`, and when: every 200 ms each pod of the instance is asked at its
+/// pod IP (`INFO replication`, 1 s deadline). Tells when another pod than the old primary became
+/// a primary (the start of the fencing window) and how long two pods answered as primaries.
+pub struct RoleWatcher {
+    /// (suite clock seconds, pods answering role:master then).
+    pub samples: crate::traffic::Journal<(f64, Vec<String>)>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RoleWatcher {
+    pub fn start(env: &Env, instance: &Instance, clock: crate::traffic::Clock) -> Self {
+        use std::sync::atomic::Ordering;
+        let samples = crate::traffic::Journal::default();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pods = env.api::<Pod>();
+        let selector = valkey_core::api::names::instance_selector(&instance.name);
+        let auth = instance.auth.clone();
+        let (journal, stopping) = (samples.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while !stopping.load(Ordering::SeqCst) {
+                let t = clock.now();
+                let listed = pods.list(&ListParams::default().labels(&selector)).await;
+                let mut masters = Vec::new();
+                for pod in listed.map(|l| l.items).unwrap_or_default() {
+                    let Some(ip) = observe::pod_ip(&pod) else {
+                        continue;
+                    };
+                    let asked = async {
+                        let mut conn = auth
+                            .at(&ip, PORT as u16)
+                            .connect(Duration::from_secs(1))
+                            .await?;
+                        traffic::info(&mut conn, "replication").await
+                    };
+                    if let Ok(Ok(info)) = tokio::time::timeout(Duration::from_secs(1), asked).await
+                        && info.get("role").map(String::as_str) == Some("master")
+                    {
+                        masters.push(pod.name_any());
+                    }
+                }
+                journal.push((t, masters));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Self {
+            samples,
+            stop,
+            task,
+        }
+    }
+
+    pub async fn stop(self) -> Vec<(f64, Vec<String>)> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.task.await;
+        self.samples.snapshot()
+    }
+}
+
+/// The first sample time at or after `from` when a pod other than `old` answered role:master.
+pub fn promoted_at(samples: &[(f64, Vec<String>)], old: &str, from: f64) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(t, masters)| *t >= from && masters.iter().any(|m| m != old))
+        .map(|(t, _)| *t)
+}
+
+/// How long (summed over the samples' intervals) two or more pods answered role:master.
+pub fn two_primaries(samples: &[(f64, Vec<String>)]) -> f64 {
+    samples
+        .windows(2)
+        .filter(|w| w[0].1.len() >= 2)
+        .map(|w| w[1].0 - w[0].0)
+        .sum()
+}

@@ -25,7 +25,7 @@ use valkey_core::api::Valkey;
 use valkey_core::api::names::{labels, roles};
 
 use crate::harness::{Env, Operator, eventually};
-use crate::instance::{Instance, PodView, Settled, event_time};
+use crate::instance::{self, Instance, PodView, Settled, event_time};
 use crate::observe;
 use crate::support::cluster;
 use crate::traffic::{self, Attempt, Clock, Reader, Writer, WriterConfig};
@@ -104,13 +104,17 @@ pub struct Figures {
     pub lost_acked: usize,
     /// Accepted but unacknowledged writes missing afterwards (allowed).
     pub unacked_missing: usize,
-    /// When the primary moved: how long after `fencing_from` the old primary still accepted a
-    /// write from the writer connected straight to its pod IP, and how many (None: the old
-    /// primary is still the primary, so its writes are no fencing matter).
+    /// Of `lost_acked`, those of the writer connected straight to the old primary's pod IP.
+    pub lost_acked_direct: usize,
+    /// Seconds from the fault until another pod than the old primary answered role:master.
+    pub promoted_after: Option<f64>,
+    /// The fencing window: how long after that promotion the old primary still accepted a write
+    /// from the writer connected straight to its pod IP (0: none), and how many it accepted.
+    /// None when no other pod became primary.
     pub fencing_window: Option<f64>,
     pub fencing_writes: usize,
-    /// What `fencing_from` is: "fault" or "sigcont"/"node-start" (the old primary woke up).
-    pub fencing_from: &'static str,
+    /// How long two pods answered role:master at once (200 ms samples).
+    pub two_primaries: f64,
     pub direct_acked_after_fault: usize,
     pub read_failures: usize,
     pub read_wrong: usize,
@@ -188,6 +192,7 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
         Some(dir.join(format!("{tag}.reads.jsonl"))),
         clock,
     );
+    let roles = instance::RoleWatcher::start(env, instance, clock);
     eventually(
         "50 acknowledged writes",
         Duration::from_secs(60),
@@ -214,7 +219,6 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
     let fault_at = Timestamp::now();
     let fault = clock.now();
     let mut note = String::new();
-    let mut fencing_from = ("fault", fault);
     let mut broken = Breakage::default();
     let mut revision_before = String::new();
     match scenario {
@@ -281,13 +285,11 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
     // Heal.
     match scenario {
         Scenario::Hang => {
-            fencing_from = ("sigcont", clock.now());
             if let Err(e) = broken.heal() {
                 note = e;
             }
         }
         Scenario::NodeLoss => {
-            fencing_from = ("node-start", clock.now());
             broken.heal().unwrap_or_else(|e| panic!("{e}"));
         }
         Scenario::RollingUpdate => {
@@ -318,14 +320,21 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
         .await
         .expect("reading the unacknowledged keys back");
     let d = traffic::disruption(&attempts, fault);
-    let moved = settled.primary != old.name;
-    let (fencing_window, fencing_writes) = match moved {
-        true => {
-            let (window, writes) = traffic::accepting_window(&direct, fencing_from.1);
+    let samples = roles.stop().await;
+    let promoted = instance::promoted_at(&samples, &old.name, fault);
+    let (fencing_window, fencing_writes) = match promoted {
+        Some(at) => {
+            let (window, writes) = traffic::accepting_window(&direct, at);
             (Some(window), writes)
         }
-        false => (None, 0),
+        None => (None, 0),
     };
+    let direct_keys: std::collections::BTreeSet<&str> =
+        direct.iter().map(|a| a.key.as_str()).collect();
+    let lost_direct = lost
+        .iter()
+        .filter(|a| direct_keys.contains(a.key.as_str()))
+        .count();
 
     let valkey = observe::get(env, &instance.name).await;
     let events: Vec<String> = instance
@@ -364,9 +373,11 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
         failed: d.failed,
         lost_acked: lost.len(),
         unacked_missing,
+        lost_acked_direct: lost_direct,
+        promoted_after: promoted.map(|at| at - fault),
         fencing_window,
         fencing_writes,
-        fencing_from: fencing_from.0,
+        two_primaries: instance::two_primaries(&samples),
         direct_acked_after_fault: direct.iter().filter(|a| a.acked() && a.end > fault).count(),
         read_failures: reads
             .iter()
@@ -384,7 +395,8 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
     record(&figures);
     assert!(
         lost.is_empty(),
-        "{tag}: {} acknowledged writes lost, e.g. {:?}; figures {figures:?}",
+        "{tag}: {} acknowledged writes lost ({lost_direct} of them written straight to the old \
+         primary's pod IP), e.g. {:?}; figures {figures:?}",
         lost.len(),
         lost.first()
     );

@@ -191,7 +191,7 @@ impl<T> Default for Journal<T> {
 }
 
 impl<T: Clone> Journal<T> {
-    fn push(&self, item: T) {
+    pub fn push(&self, item: T) {
         if let Ok(mut items) = self.0.lock() {
             items.push(item);
         }
