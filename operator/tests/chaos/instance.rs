@@ -408,5 +408,5 @@ pub fn two_primaries(samples: &[(f64, Vec<String>)]) -> f64 {
         .windows(2)
         .filter(|w| w[0].1.len() >= 2)
         .map(|w| w[1].0 - w[0].0)
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }

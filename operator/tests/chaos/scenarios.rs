@@ -404,7 +404,37 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
         figures.read_wrong, 0,
         "{tag}: a read returned a wrong value"
     );
-    // Status and events say what happened.
+    // Status and events say what happened: another pod seen as primary at any time means a
+    // failover the operator must have told about.
+    if figures.promoted_after.is_some() {
+        assert!(
+            figures
+                .events
+                .iter()
+                .any(|e| e.contains(FAILOVER_STARTED) || e.contains(PRIMARY_PROMOTED)),
+            "{tag}: another pod than {} answered role:master {:.2} s after the fault, and no \
+             {FAILOVER_STARTED} or {PRIMARY_PROMOTED} event since the fault: {:#?}",
+            figures.old_primary,
+            figures.promoted_after.unwrap_or_default(),
+            figures.events
+        );
+    }
+    // A planned switchover moves the primary once, and it stays moved.
+    if scenario == Scenario::Switchover {
+        let promoted = figures
+            .events
+            .iter()
+            .filter(|e| e.contains(PRIMARY_PROMOTED))
+            .count();
+        assert!(
+            figures.new_primary != figures.old_primary && promoted == 1,
+            "{tag}: after `kubectl valkey failover` the primary is {} (was {}), with {promoted} \
+             {PRIMARY_PROMOTED} events: {:#?}",
+            figures.new_primary,
+            figures.old_primary,
+            figures.events
+        );
+    }
     if figures.new_primary != figures.old_primary {
         assert!(
             figures.events.iter().any(|e| e.contains(PRIMARY_PROMOTED)),
