@@ -708,6 +708,7 @@ async fn a_killed_operator_is_replaced_and_leaves_no_duplicate_or_orphan() {
         format!("PodDisruptionBudget/{}", names.pod_disruption_budget()),
         format!("Secret/{}", names.acl_secret()),
         format!("Secret/{}", names.generated_secret()),
+        format!("Secret/{}", names.operator_secret()),
         format!("Service/{}", names.read_write_service()),
         format!("Service/{}", names.headless_service()),
         format!("Service/{}", names.read_only_service()),

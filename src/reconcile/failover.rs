@@ -399,7 +399,10 @@ async fn promote(
         from.as_deref().unwrap_or("unknown")
     );
     info!("{note}");
-    outcome.events.push((true, "FailoverStarted", note));
+    // A primary deleted on purpose (a rollout, a drain, kubectl delete) is routine; a primary
+    // that failed is worth a Warning.
+    let warning = !matches!(reason, Reason::PodDeleted | Reason::PodTerminating);
+    outcome.events.push((warning, "FailoverStarted", note));
     let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
     if let Some(old) = from
         .as_deref()
@@ -649,13 +652,20 @@ async fn observe(
             conns.insert(name, (conn, ip));
         }
     }
-    let switchover =
-        valkey
-            .annotations()
-            .get(SWITCHOVER_ANNOTATION)
+    let switchover = match valkey.annotations().get(SWITCHOVER_ANNOTATION) {
+        // The controller's cache may still hold a request already acted on (its removal not
+        // seen yet): only the API server's current copy counts, or a switchover would run twice.
+        Some(_) => Api::<Valkey>::namespaced(ctx.client.clone(), namespace)
+            .get_opt(&instance)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|fresh| fresh.annotations().get(SWITCHOVER_ANNOTATION).cloned())
             .map(|to| failover::Switchover {
                 to: Some(to.trim().to_owned()).filter(|t| !t.is_empty()),
-            });
+            }),
+        None => None,
+    };
     (
         Observation {
             replicas: valkey.spec.replicas,
@@ -683,17 +693,27 @@ fn replication(info: &Info) -> Replication {
     }
 }
 
-/// How long the pod's Ready condition has been False (from its transition time).
+/// How long the pod's Ready condition has been False (from its transition time), counting
+/// only readiness lost by a running server: a container that has not been Ready since it
+/// (re)started is starting, and only its silence towards the operator counts.
 fn not_ready_for(pod: &Pod) -> Duration {
-    let since = pod
-        .status
-        .as_ref()
+    let status = pod.status.as_ref();
+    let since = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status != "True"))
         .and_then(|c| c.last_transition_time.as_ref());
     let Some(since) = since else {
         return Duration::ZERO;
     };
+    let started = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == crate::desired::CONTAINER))
+        .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref());
+    match started {
+        Some(started) if started.0 >= since.0 => return Duration::ZERO,
+        // Not running at all: the kubelet's word is all there is.
+        _ => {}
+    }
     let now = k8s_openapi::jiff::Timestamp::now();
     let elapsed = now.duration_since(since.0);
     Duration::try_from(elapsed).unwrap_or_default()
