@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CLUSTER := hack/cluster
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt manifests install uninstall deploy undeploy cluster-up cluster-down demo demo-down image dist
+.PHONY: all build test chaos lint fmt manifests install uninstall deploy undeploy cluster-up cluster-down demo demo-down image dist
 
 all: build
 
@@ -15,6 +15,13 @@ build:
 test:
 	$(CLUSTER) up
 	$(CARGO) test --workspace --all-targets; rc=$$?; $(CLUSTER) down; exit $$rc
+
+## chaos: the failover scenarios once each, on the real nodes of the local control plane (see
+## README, "The chaos suite"); the cluster stays up. bench/failover.sh repeats them and prints figures.
+chaos:
+	$(CLUSTER) up
+	$(CARGO) build -p kubectl-valkey
+	$(CARGO) test -p valkey-operator --test chaos -- --ignored --test-threads 1
 
 lint:
 	$(CARGO) fmt --all -- --check
