@@ -436,8 +436,7 @@ async fn scaling_to_one_zero_and_back_keeps_status_pdb_and_volumes_right() {
 
 async fn claim_uids(pvcs: &Api<PersistentVolumeClaim>, name: &str) -> BTreeMap<String, String> {
     pvcs.list(
-        &kube::api::ListParams::default()
-            .labels(&valkey_core::api::names::instance_selector(name)),
+        &kube::api::ListParams::default().labels(&valkey_core::api::names::instance_selector(name)),
     )
     .await
     .expect("listing PVCs")

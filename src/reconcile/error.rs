@@ -60,7 +60,7 @@ impl Error {
             Error::PasswordKeyMissing { .. } => "PasswordKeyMissing",
             Error::PasswordNotText { .. } => "PasswordNotText",
             Error::VolumeResize { .. } => "VolumeResizeFailed",
-            Error::Build(_) => "InvalidSpec",
+            Error::Build(e) => e.reason(),
             Error::Kube(_) => "KubernetesApiError",
         }
     }

@@ -56,10 +56,13 @@ pub async fn reconcile(valkey: &Valkey, ctx: &Context) -> Result<Report, Error> 
     let result = converge(valkey, &namespace, primary.clone(), ctx).await;
     let (changes, error) = match &result {
         Ok(changes) => (changes.clone(), None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
+        Err(e) => (Vec::new(), Some((e.to_string(), e.reason()))),
     };
-    let phase = write_status(valkey, &namespace, primary, &changes, error, ctx).await?;
+    let (phase, status) = write_status(valkey, &namespace, primary, &changes, error, ctx).await?;
     events::publish(ctx, valkey, &changes, result.as_ref().err()).await;
+    if result.is_ok() {
+        events::pod_problems(ctx, valkey, &status).await;
+    }
     result.map(|changes| Report { phase, changes })
 }
 
@@ -219,19 +222,30 @@ async fn write_status(
     namespace: &str,
     primary: Option<String>,
     changes: &[Change],
-    error: Option<String>,
+    error: Option<(String, &'static str)>,
     ctx: &Context,
-) -> Result<Phase, Error> {
+) -> Result<(Phase, ValkeyStatus), Error> {
     let client = &ctx.client;
     let sts = Api::<StatefulSet>::namespaced(client.clone(), namespace)
         .get_opt(&ObjectNames::new(&valkey.name_any()).statefulset())
         .await?;
     let pods = instance_pods(&Api::namespaced(client.clone(), namespace), valkey).await?;
+    let claims = if valkey.spec.volume.enabled {
+        Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default().labels(&names::instance_selector(&valkey.name_any())))
+            .await?
+            .items
+    } else {
+        Vec::new()
+    };
+    let (error, error_reason) = error.unzip();
     let observed = Observed {
         statefulset: sts.as_ref(),
         pods: &pods,
         primary,
         error,
+        error_reason,
+        claims: &claims,
         changed: !changes.is_empty(),
     };
     let new = status::compute(valkey, &observed, &Time(jiff_now()));
@@ -240,7 +254,7 @@ async fn write_status(
         patch_status(client, namespace, &valkey.name_any(), &new).await?;
         info!(phase = %phase, ready = new.ready_replicas, "status updated");
     }
-    Ok(phase)
+    Ok((phase, new))
 }
 
 async fn patch_status(
