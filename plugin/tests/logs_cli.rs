@@ -1,5 +1,6 @@
 //! `logs` and `cli` against pods that exist: no operator runs here, so each test creates the
-//! pods of a Valkey itself, with the operator's labels, on KWOK's fake nodes, and tells KWOK what
+//! pods of a Valkey itself, with the operator's labels, on KWOK's fake nodes (tolerating their
+//! taint), and tells KWOK what
 //! "the container" does (hack/README.md):
 //! - a Logs object per pod names a CRI-format file the test writes, which `kubectl logs` (and so
 //!   the plugin) reads;
@@ -164,7 +165,12 @@ impl Setup {
                 },
                 "ownerReferences": [owner],
             },
-            "spec": {"containers": [{"name": CONTAINER, "image": "valkey/valkey:9.1.2"}]},
+            // On a KWOK node: its Exec and Logs objects play the container (hack/README.md).
+            "spec": {
+                "containers": [{"name": CONTAINER, "image": "valkey/valkey:9.1.2"}],
+                "nodeSelector": {"type": "kwok"},
+                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            },
         });
         let pod: Pod = serde_json::from_value(pod).expect("a pod");
         self.ns

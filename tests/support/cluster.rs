@@ -45,15 +45,36 @@ pub fn kubeconfig_path() -> PathBuf {
 
 /// The bin dir of the cluster's tools (kubectl, valkey-server, ...), from `hack/cluster env`.
 pub fn tools_path() -> String {
+    cluster_env("PATH")
+        .map(|p| p.replace(":$PATH", ""))
+        .unwrap_or_default()
+}
+
+/// A variable `hack/cluster env` exports (e.g. `VALKEY_OPERATOR_POD_CIDR`).
+pub fn cluster_env(name: &str) -> Option<String> {
     let out = Command::new(repo_root().join("hack/cluster"))
         .arg("env")
         .output()
         .expect("running hack/cluster env");
-    let env = String::from_utf8_lossy(&out.stdout);
-    env.lines()
-        .find_map(|l| l.strip_prefix("export PATH="))
-        .map(|p| p.trim_matches('"').replace(":$PATH", "").replace("\"", ""))
-        .unwrap_or_default()
+    let prefix = format!("export {name}=");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.replace('"', ""))
+}
+
+/// Runs `hack/cluster ARGS...` (e.g. `node stop real-node-1`) and asserts that it succeeded.
+pub fn hack_cluster(args: &[&str]) {
+    let out = Command::new(repo_root().join("hack/cluster"))
+        .args(args)
+        .output()
+        .expect("running hack/cluster");
+    assert!(
+        out.status.success(),
+        "hack/cluster {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Brings the control plane up once for this test binary (a no-op when it already runs).
