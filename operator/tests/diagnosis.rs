@@ -30,6 +30,12 @@ use valkey_core::api::{Phase, Valkey};
 use harness::{Env, TIMEOUT};
 use observe::*;
 
+/// The KWOK nodes' taint: the API-only scenarios below run their pods there, so they work with
+/// or without real nodes (`VALKEY_OPERATOR_REAL_NODES=0`).
+fn on_kwok() -> serde_json::Value {
+    json!([{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}])
+}
+
 /// Causes that need a kubelet to back off, restart and report take longer than API-only ones.
 const KUBELET_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -131,7 +137,8 @@ async fn an_unknown_directive_is_refused_before_any_pod_and_heals_once_removed()
     create(
         &env,
         name,
-        json!({"replicas": 1, "volume": {"enabled": false}, "config": {"nonexistent-directive": "yes"}}),
+        json!({"replicas": 1, "volume": {"enabled": false}, "tolerations": on_kwok(),
+            "config": {"nonexistent-directive": "yes"}}),
     )
     .await;
     let v = wait_cause(
@@ -217,7 +224,8 @@ async fn a_node_selector_matching_no_node_is_unschedulable_until_fixed() {
     create(
         &env,
         name,
-        json!({"replicas": 1, "volume": {"enabled": false}, "nodeSelector": {"disk": "no-such-disk"}}),
+        json!({"replicas": 1, "volume": {"enabled": false}, "tolerations": on_kwok(),
+            "nodeSelector": {"disk": "no-such-disk"}}),
     )
     .await;
     let v = wait_cause(
