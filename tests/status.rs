@@ -16,13 +16,19 @@ struct Case {
     pods: Vec<PodFixture>,
     primary: Option<String>,
     error: Option<String>,
+    #[serde(default, rename = "errorReason")]
+    error_reason: Option<String>,
     expect: Expect,
 }
 
 #[derive(Deserialize)]
 struct PodFixture {
     name: String,
+    #[serde(default)]
     ready: bool,
+    /// A whole pod status as the kubelet writes it, instead of `ready`.
+    #[serde(default)]
+    status: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +40,9 @@ struct Expect {
     #[serde(default)]
     error: String,
     conditions: std::collections::BTreeMap<String, String>,
+    /// Condition reasons that must be these (others are not checked).
+    #[serde(default)]
+    reasons: std::collections::BTreeMap<String, String>,
 }
 
 fn valkey(v: &Value) -> Valkey {
@@ -62,9 +71,12 @@ fn statefulset(v: &Value) -> StatefulSet {
 }
 
 fn pod(p: &PodFixture) -> Pod {
+    let ready = json!({"conditions": [{"type": "Ready", "status": if p.ready { "True" } else { "False" }}]});
     serde_json::from_value(json!({
         "metadata": {"name": p.name},
-        "status": {"conditions": [{"type": "Ready", "status": if p.ready { "True" } else { "False" }}]},
+        "spec": {"containers": [{"name": "valkey", "image": "valkey/valkey:9.1.2",
+            "resources": {"limits": {"memory": "16Mi"}}}]},
+        "status": p.status.clone().unwrap_or(ready),
     }))
     .expect("a Pod fixture")
 }
@@ -90,6 +102,8 @@ fn status_fixtures() {
             pods: &pods,
             primary: case.primary.clone(),
             error: case.error.clone(),
+            error_reason: case.error_reason.clone().map(|r| &*r.leak()),
+            claims: &[],
             changed: false,
             ..Observed::default()
         };
@@ -116,6 +130,14 @@ fn status_fixtures() {
             .map(|c| (c.type_.clone(), c.status.clone()))
             .collect();
         assert_eq!(conditions, case.expect.conditions, "{name}: conditions");
+        for (kind, reason) in &case.expect.reasons {
+            let got = got
+                .conditions
+                .iter()
+                .find(|c| &c.type_ == kind)
+                .map(|c| c.reason.as_str());
+            assert_eq!(got, Some(reason.as_str()), "{name}: reason of {kind}");
+        }
         seen += 1;
     }
     assert!(seen >= 8, "only {seen} fixtures");
@@ -130,12 +152,15 @@ fn an_unchanged_status_is_not_rewritten_and_keeps_its_transition_times() {
     let pods = vec![pod(&PodFixture {
         name: "cache-0".into(),
         ready: true,
+        status: None,
     })];
     let observed = Observed {
         statefulset: Some(&sts),
         pods: &pods,
         primary: Some("cache-0".into()),
         error: None,
+        error_reason: None,
+        claims: &[],
         changed: true,
         ..Observed::default()
     };

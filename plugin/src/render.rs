@@ -68,6 +68,11 @@ pub fn report(report: &InstanceReport, now: Timestamp, style: Style) -> String {
     out.push_str(&title("Pods", style));
     out.push_str(&pods(&report.pods, now, style));
     out.push_str("\n\n");
+    if report.pods.iter().any(|p| p.problem.is_some()) {
+        out.push_str(&title("Why pods are not running", style));
+        out.push_str(&problems(&report.pods, style));
+        out.push_str("\n\n");
+    }
     out.push_str(&title("Events", style));
     out.push_str(&events(&report.events, now, style));
     out.push('\n');
@@ -200,6 +205,22 @@ pub fn pods(rows: &[PodRow], now: Timestamp, style: Style) -> String {
             Cell::new(or_none(p.node.as_deref())),
             Cell::new(or_none(p.ip.as_deref())),
             Cell::new(age(p.created, now)),
+        ]);
+    }
+    finish(table)
+}
+
+/// Each pod that does not run, with the cause the operator reports for it.
+pub fn problems(rows: &[PodRow], style: Style) -> String {
+    let mut table = table(style);
+    table.set_header(heading(&["POD", "REASON", "RESTARTS", "MESSAGE"], style));
+    for p in rows {
+        let Some(problem) = &p.problem else { continue };
+        table.add_row(vec![
+            Cell::new(&p.name),
+            paint(Cell::new(&problem.reason), Color::Red, style),
+            Cell::new(p.restarts),
+            Cell::new(&problem.message),
         ]);
     }
     finish(table)

@@ -5,14 +5,14 @@
 use std::collections::BTreeSet;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use serde::Serialize;
 use valkey_core::api::names::{self, ObjectNames};
 use valkey_core::api::names::{claim_ordinal, pod_ordinal as ordinal};
 use valkey_core::api::{Valkey, defaults};
 use valkey_core::desired;
-use valkey_core::status::is_ready;
+use valkey_core::status::{is_ready, pods};
 
 /// One line of `list`.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -98,6 +98,18 @@ pub struct PodRow {
     pub node: Option<String>,
     pub ip: Option<String>,
     pub created: Option<Timestamp>,
+    /// Why the pod does not run, as the operator reports it (see `valkey_core::status::pods`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<PodProblemRow>,
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodProblemRow {
+    /// The condition reason: Unschedulable, VolumeNotReady, ImagePullFailed, OOMKilled,
+    /// PodCrashLooping or ContainerCannotStart.
+    pub reason: String,
+    pub message: String,
 }
 
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -136,7 +148,12 @@ pub fn instance_row(valkey: &Valkey) -> InstanceRow {
 }
 
 /// The report of one instance; `events` may hold events of anything in the namespace.
-pub fn instance_report(valkey: &Valkey, pods: &[Pod], events: &[Event]) -> InstanceReport {
+pub fn instance_report(
+    valkey: &Valkey,
+    pods: &[Pod],
+    claims: &[PersistentVolumeClaim],
+    events: &[Event],
+) -> InstanceReport {
     let instance = instance_row(valkey);
     let spec = &valkey.spec;
     let status = valkey.status.as_ref();
@@ -180,7 +197,7 @@ pub fn instance_report(valkey: &Valkey, pods: &[Pod], events: &[Event]) -> Insta
         conditions: status
             .map(|s| s.conditions.iter().map(condition_row).collect())
             .unwrap_or_default(),
-        pods: pods.into_iter().map(pod_row).collect(),
+        pods: pods.into_iter().map(|p| pod_row(p, claims)).collect(),
         events: recent_events(&instance.name, events, MAX_EVENTS),
         instance,
     }
@@ -211,7 +228,7 @@ fn condition_row(c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition) 
     }
 }
 
-pub fn pod_row(pod: &Pod) -> PodRow {
+pub fn pod_row(pod: &Pod, claims: &[PersistentVolumeClaim]) -> PodRow {
     let labels = pod.metadata.labels.as_ref();
     let status = pod.status.as_ref();
     let restarts = status
@@ -227,6 +244,10 @@ pub fn pod_row(pod: &Pod) -> PodRow {
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         ip: status.and_then(|s| s.pod_ip.clone()),
         created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        problem: pods::diagnose(pod, claims).map(|p| PodProblemRow {
+            reason: p.cause.reason().to_owned(),
+            message: p.message,
+        }),
     }
 }
 

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kubectl_valkey::render::{self, Style};
 use kubectl_valkey::view;
@@ -23,6 +23,8 @@ struct StatusFixture {
     now: String,
     valkey: Valkey,
     pods: Vec<Pod>,
+    #[serde(default)]
+    claims: Vec<PersistentVolumeClaim>,
     events: Vec<Event>,
 }
 
@@ -81,7 +83,12 @@ fn list_table_in_colour() {
 
 fn report(name: &str) -> (view::InstanceReport, Timestamp) {
     let fixture: StatusFixture = fixture(name);
-    let report = view::instance_report(&fixture.valkey, &fixture.pods, &fixture.events);
+    let report = view::instance_report(
+        &fixture.valkey,
+        &fixture.pods,
+        &fixture.claims,
+        &fixture.events,
+    );
     (report, time(&fixture.now))
 }
 
@@ -101,6 +108,15 @@ fn status_of_a_degraded_instance() {
 fn status_of_a_new_instance() {
     let (report, now) = report("status-new.yaml");
     insta::assert_snapshot!(render::report(&report, now, PLAIN));
+}
+
+#[test]
+fn status_of_an_instance_that_cannot_start() {
+    let (report, now) = report("status-failing.yaml");
+    let text = render::report(&report, now, PLAIN);
+    // Each pod's cause, from its own status (not only the operator's summary).
+    assert!(text.contains("Why pods are not running"), "{text}");
+    insta::assert_snapshot!(text);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The Valkey API: the custom resource, its defaults, and the names and labels derived from it.
 
 pub mod defaults;
+pub mod directives;
 pub mod names;
 #[cfg(feature = "cel")]
 pub mod validation;

@@ -87,7 +87,10 @@ pub struct ValkeySpec {
     pub resource: ResourceSpec,
 
     /// Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`. Directives the operator
-    /// manages (port, bind, dir, replicaof, requirepass, ...) are refused.
+    /// manages (port, bind, dir, replicaof, requirepass, ...) are refused. With the default image
+    /// (or a tag of its Valkey release) the operator also refuses, before changing any pod,
+    /// directives that release does not know and values it would refuse (booleans, integers,
+    /// memory sizes, enums); with other images the server itself judges them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "config_schema")]
     pub config: BTreeMap<String, String>,
@@ -383,6 +386,8 @@ pub const OPERATOR_OWNED_CONFIG_KEYS: &[&str] = &[
     "min-slaves-to-write",
     "pidfile",
     "port",
+    "primaryauth",
+    "primaryuser",
     "protected-mode",
     "rename-command",
     "replica-announce-ip",
@@ -423,7 +428,7 @@ fn config_schema(_: &mut SchemaGenerator) -> Schema {
     }));
     json_schema!({
         "type": "object",
-        "description": "Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`. Directives the operator manages (port, bind, dir, replicaof, requirepass, ...) are refused.",
+        "description": "Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`. Directives the operator manages (port, bind, dir, replicaof, requirepass, ...) are refused. With the default image (or a tag of its Valkey release) the operator also refuses, before changing any pod, directives that release does not know and values it would refuse (booleans, integers, memory sizes, enums); with other images the server itself judges them.",
         "maxProperties": MAX_CONFIG_ENTRIES,
         "additionalProperties": {"type": "string", "maxLength": 1024},
         "x-kubernetes-validations": rules,

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::instance::Instance;
 use super::{BuildError, quantity};
 use crate::api::names::OPERATOR_USER;
-use crate::api::{OPERATOR_OWNED_CONFIG_KEYS, ValkeySpec};
+use crate::api::{OPERATOR_OWNED_CONFIG_KEYS, ValkeySpec, directives};
 
 pub const PORT: i32 = 6379;
 /// Where the projected config volume (ConfigMap and ACL Secret) is mounted.
@@ -45,6 +45,12 @@ pub const MAXMEMORY_PERCENT: u128 = 75;
 pub(crate) fn valkey_conf(instance: &Instance) -> Result<String, BuildError> {
     let spec = &instance.valkey.spec;
     check_user_config(&spec.config)?;
+    if directives::checks_image(&spec.image) {
+        let problems = directives::check(&spec.config);
+        if !problems.is_empty() {
+            return Err(BuildError::RefusedConfig { problems });
+        }
+    }
     let mut settings = default_settings(spec)?;
     settings.extend(spec.config.clone());
 

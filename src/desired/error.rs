@@ -1,5 +1,7 @@
 //! Why the desired objects of a Valkey cannot be built.
 
+use crate::api::directives::ConfigProblem;
+
 /// Each variant names the field at fault; most mean the object skipped the CRD's own validation
 /// (an old CRD, or the status/uid not read from the API server), so they are reported, not retried.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +17,10 @@ pub enum BuildError {
     #[error("spec.config.{key}: {reason}")]
     InvalidConfig { key: String, reason: &'static str },
 
+    /// Entries valkey-server would refuse at boot (see [`crate::api::directives`]); never empty.
+    #[error("{}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    RefusedConfig { problems: Vec<ConfigProblem> },
+
     #[error("spec.resource.memory {0:?} is not a positive memory quantity, e.g. 512Mi")]
     InvalidMemory(String),
 
@@ -25,4 +31,24 @@ pub enum BuildError {
 
     #[error("cannot read random bytes from the operating system for a password: {0}")]
     Random(#[from] getrandom::Error),
+}
+
+impl BuildError {
+    /// A short CamelCase reason for events and conditions, naming who is at fault.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            // The spec is fine; the user's (or the generated) Secret holds an empty password.
+            BuildError::EmptyPassword(_) => "PasswordSecretInvalid",
+            BuildError::RefusedConfig { problems } => problems
+                .first()
+                .map(ConfigProblem::reason)
+                .unwrap_or("InvalidSpec"),
+            BuildError::Random(_) => "PasswordGenerationFailed",
+            // The operator's own record of the primary, not the user's spec.
+            BuildError::InvalidPrimary { .. } => "InvalidPrimary",
+            BuildError::MissingMetadata { .. }
+            | BuildError::InvalidConfig { .. }
+            | BuildError::InvalidMemory(_) => "InvalidSpec",
+        }
+    }
 }

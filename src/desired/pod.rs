@@ -118,6 +118,11 @@ fn container(instance: &Instance) -> Container {
         liveness_probe: Some(liveness_probe(&spec.user)),
         security_context: Some(container_security_context()),
         volume_mounts: Some(volume_mounts()),
+        // A container that dies with nothing in /dev/termination-log (valkey-server never
+        // writes it) gets the tail of its log there, so the operator can say why it crashed
+        // without reading logs. valkey-server logs no password; the one exception (a config
+        // error quoting a line of auth.conf) is withheld by status::pods.
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     }
 }

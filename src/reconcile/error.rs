@@ -73,7 +73,7 @@ impl Error {
             Error::VolumeResize { .. } => "VolumeResizeFailed",
             Error::VolumeExpansionNotAllowed { .. } => "VolumeExpansionNotAllowed",
             Error::Failover(_) => "FailoverFailed",
-            Error::Build(_) => "InvalidSpec",
+            Error::Build(e) => e.reason(),
             Error::Kube(_) => "KubernetesApiError",
         }
     }

@@ -7,8 +7,9 @@ use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use super::{Context, Error};
-use crate::api::Valkey;
+use crate::api::{Valkey, ValkeyStatus};
 use crate::apply::{Applied, Outcome};
+use crate::status::conditions;
 
 /// One object the reconcile changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +109,32 @@ pub async fn publish(ctx: &Context, valkey: &Valkey, changes: &[Change], error: 
         if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
             warn!(error = %e, valkey = %valkey.name_any(), "could not publish an event");
         }
+    }
+}
+
+/// A Warning naming why pods do not run (the Ready condition's reason and status.error), when
+/// the status says something new about them: the event series counts repeats, and a healed
+/// instance clears the error (no event for that; the status says it).
+pub async fn pod_problems(ctx: &Context, valkey: &Valkey, status: &ValkeyStatus) {
+    if status.error.is_empty() {
+        return;
+    }
+    let previous = valkey.status.as_ref().map(|s| s.error.as_str());
+    if previous == Some(status.error.as_str()) {
+        return;
+    }
+    let Some(reason) = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::READY)
+        .map(|c| c.reason.clone())
+    else {
+        return;
+    };
+    let reference = valkey.object_ref(&());
+    let ev = event(EventType::Warning, &reason, status.error.clone());
+    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        warn!(error = %e, valkey = %valkey.name_any(), "could not publish an event");
     }
 }
 

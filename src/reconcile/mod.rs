@@ -69,11 +69,14 @@ pub async fn reconcile(valkey: &Valkey, ctx: &Context) -> Result<Report, Error> 
     let result = converge(valkey, &namespace, ctx).await;
     let (changes, error, seen) = match &result {
         Ok(c) => (c.changes.clone(), None, c.seen.clone()),
-        Err(e) => (Vec::new(), Some(e.to_string()), Seen::default()),
+        Err(e) => (Vec::new(), Some((e.to_string(), e.reason())), Seen::default()),
     };
-    let phase = write_status(valkey, &namespace, &seen, &changes, error, ctx).await?;
+    let (phase, status) = write_status(valkey, &namespace, &seen, &changes, error, ctx).await?;
     events::publish(ctx, valkey, &changes, result.as_ref().err()).await;
     events::failover(ctx, valkey, &seen.events).await;
+    if result.is_ok() {
+        events::pod_problems(ctx, valkey, &status).await;
+    }
     if seen.switchover_done {
         // After the status and the events: whoever waits for the request to go sees the
         // outcome (status.lastFailover, or a SwitchoverRefused event) with it.
@@ -346,14 +349,23 @@ async fn write_status(
     namespace: &str,
     seen: &Seen,
     changes: &[Change],
-    error: Option<String>,
+    error: Option<(String, &'static str)>,
     ctx: &Context,
-) -> Result<Phase, Error> {
+) -> Result<(Phase, ValkeyStatus), Error> {
     let client = &ctx.client;
     let sts = Api::<StatefulSet>::namespaced(client.clone(), namespace)
         .get_opt(&ObjectNames::new(&valkey.name_any()).statefulset())
         .await?;
     let pods = instance_pods(&Api::namespaced(client.clone(), namespace), valkey).await?;
+    let claims = if valkey.spec.volume.enabled {
+        Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default().labels(&names::instance_selector(&valkey.name_any())))
+            .await?
+            .items
+    } else {
+        Vec::new()
+    };
+    let (error, error_reason) = error.unzip();
     let observed = Observed {
         statefulset: sts.as_ref(),
         pods: &pods,
@@ -361,6 +373,8 @@ async fn write_status(
         last_failover: seen.failover.clone(),
         fact: seen.fact.clone(),
         error,
+        error_reason,
+        claims: &claims,
         changed: !changes.is_empty() || seen.failover.is_some(),
     };
     let new = status::compute(valkey, &observed, &Time(jiff_now()));
@@ -369,7 +383,7 @@ async fn write_status(
         patch_status(client, namespace, &valkey.name_any(), &new).await?;
         info!(phase = %phase, ready = new.ready_replicas, "status updated");
     }
-    Ok(phase)
+    Ok((phase, new))
 }
 
 async fn patch_status(

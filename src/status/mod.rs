@@ -1,8 +1,10 @@
 //! The status of a Valkey, computed from what the operator observed: its StatefulSet, its pods,
 //! the primary it recorded, and the error of the last reconcile. Pure: no client, no clock.
 
+pub mod pods;
+
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::names::{self, ObjectNames};
@@ -29,6 +31,11 @@ pub struct Observed<'a> {
     pub fact: Option<String>,
     /// Why the last reconcile could not finish, in words.
     pub error: Option<String>,
+    /// The CamelCase reason of `error` (e.g. UnknownDirective), for the conditions.
+    pub error_reason: Option<&'static str>,
+    /// The instance's volume claims (any order), to tell an unbound volume from other
+    /// scheduling failures.
+    pub claims: &'a [PersistentVolumeClaim],
     /// Whether the last reconcile changed anything in the cluster.
     pub changed: bool,
 }
@@ -46,11 +53,35 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
             .any(|pod| pod.metadata.name.as_deref() == Some(p.as_str()))
     });
     let phase = phase(desired, ready, primary.is_some(), observed, previous.status);
-    let message = message(phase, desired, ready, rolling, observed);
+    let problems = if desired == 0 {
+        Vec::new()
+    } else {
+        pods::diagnose_all(observed.pods, observed.claims)
+    };
+    let mut message = message(phase, desired, ready, rolling, observed);
+    // A reconcile error comes first (nothing new was applied); otherwise what the pods say.
+    let (error, reason) = match (&observed.error, problems.first()) {
+        (Some(error), _) => (
+            error.clone(),
+            observed.error_reason.unwrap_or(phase_reason(phase)),
+        ),
+        (None, Some(problem)) => {
+            let mut error = problem.message.clone();
+            match problems.len() - 1 {
+                0 => {}
+                1 => error.push_str(" (and 1 more pod not running)"),
+                more => error.push_str(&format!(" (and {more} more pods not running)")),
+            }
+            message = format!("{message}: {error}");
+            (error, problem.cause.reason())
+        }
+        (None, None) => (String::new(), phase_reason(phase)),
+    };
+    let troubled = !error.is_empty();
 
     let mut status = ValkeyStatus {
         status: Some(phase),
-        error: observed.error.clone().unwrap_or_default(),
+        error,
         ready_replicas: ready,
         primary: if desired == 0 { None } else { primary },
         volume_storage: observed
@@ -73,7 +104,11 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
             &previous,
             conditions::READY,
             matches!(phase, Phase::Running | Phase::Stopped),
-            phase_reason(phase),
+            if troubled {
+                reason
+            } else {
+                phase_reason(phase)
+            },
             &message,
             generation,
             now,
@@ -95,7 +130,11 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
             &previous,
             conditions::DEGRADED,
             matches!(phase, Phase::Degraded | Phase::Failed),
-            phase_reason(phase),
+            if troubled {
+                reason
+            } else {
+                phase_reason(phase)
+            },
             &message,
             generation,
             now,

@@ -11,8 +11,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
 use serde_json::{Map, Value, json};
 use valkey_core::api::names::{self, ObjectNames};
-use valkey_core::api::validation;
 use valkey_core::api::{ReclaimPolicy, Valkey, ValkeySpec, defaults};
+use valkey_core::api::{directives, validation};
 
 use super::wait;
 use crate::cli::{CreateArgs, DryRun, GlobalArgs, ObjectFormat, ReclaimPolicyArg};
@@ -77,7 +77,7 @@ pub fn desired(args: &CreateArgs) -> Result<Valkey, UsageError> {
     let valkey = Valkey::new(&args.name, spec);
     let violations = validation::validate(&valkey, None);
     if violations.is_empty() {
-        return Ok(valkey);
+        return refused_config(&valkey).map(|()| valkey);
     }
     let messages: Vec<String> = violations.iter().map(ToString::to_string).collect();
     let flags: Vec<&str> = violations
@@ -93,6 +93,30 @@ pub fn desired(args: &CreateArgs) -> Result<Valkey, UsageError> {
         err = err.hint(format!("fix {}", flags.join(", ")));
     }
     Err(err)
+}
+
+/// `--config` entries the image's valkey-server would refuse at boot (the operator refuses them
+/// too, but only after the Valkey exists). Only checked for images of the directive table's
+/// release; see `valkey_core::api::directives`.
+fn refused_config(valkey: &Valkey) -> Result<(), UsageError> {
+    if !directives::checks_image(&valkey.spec.image) {
+        return Ok(());
+    }
+    let problems = directives::check(&valkey.spec.config);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    Err(UsageError::new(format!(
+        "the Valkey {:?} would not start: {}",
+        valkey.metadata.name.as_deref().unwrap_or_default(),
+        messages.join("; ")
+    ))
+    .hint(format!(
+        "fix --config (directives of valkey-server {}, the release of {})",
+        directives::table().version,
+        defaults::IMAGE
+    )))
 }
 
 /// The flag that sets a field named in a violation (the root rule names metadata.name).

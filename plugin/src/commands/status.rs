@@ -1,7 +1,7 @@
 //! `status [NAME]`: one instance in detail, or the instances of the namespace.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use std::collections::BTreeSet;
 
@@ -30,9 +30,9 @@ pub async fn run(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         );
     };
     let valkey = session.get_valkey(&name).await?;
-    let pods = pods(&session, &name).await;
+    let (pods, claims) = futures::join!(pods(&session, &name), claims(&session, &name));
     let events = events(&session, &event_subjects(&valkey, &pods)).await;
-    let report = view::instance_report(&valkey, &pods, &events);
+    let report = view::instance_report(&valkey, &pods, &claims, &events);
     match args.output {
         ViewFormat::Json => output::print(&output::to_json(&report)?),
         ViewFormat::Yaml => output::print(output::to_yaml(&report)?.trim_end()),
@@ -51,6 +51,16 @@ async fn pods(session: &Session, name: &str) -> Vec<Pod> {
             eprintln!("warning: pods not shown: {err:#}");
             Vec::new()
         }
+    }
+}
+
+/// The instance's volume claims. They only tell an unbound volume from other scheduling
+/// failures (the scheduler's message says it too), so without them nothing is lost but that.
+async fn claims(session: &Session, name: &str) -> Vec<PersistentVolumeClaim> {
+    let params = ListParams::default().labels(&names::instance_selector(name));
+    match session.api::<PersistentVolumeClaim>().list(&params).await {
+        Ok(list) => list.items,
+        Err(_) => Vec::new(),
     }
 }
 

@@ -1,0 +1,248 @@
+//! A Valkey that cannot start says so (issue 15), end to end: the `valkey-operator` binary under
+//! the shipped RBAC (the e2e harness), the real scheduler and, for the causes only a kubelet
+//! produces (crash loop, OOM kill, image pull), real nodes. Each test creates the broken
+//! instance, waits (within a generous bound) for the status error, the reason on the Ready
+//! condition and `kubectl valkey status` to name the cause, then fixes the spec and sees the
+//! instance heal.
+//!
+//!   cargo build -p kubectl-valkey && cargo test -p valkey-operator --test diagnosis
+//!
+//! The plugin is the binary Cargo built (target/debug/kubectl-valkey), run as a user runs it.
+
+#[path = "e2e/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+#[path = "e2e/observe.rs"]
+#[allow(dead_code)]
+mod observe;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use valkey_core::api::{Phase, Valkey};
+
+use harness::{Env, TIMEOUT};
+use observe::*;
+
+/// The KWOK nodes' taint: the API-only scenarios below run their pods there, so they work with
+/// or without real nodes (`VALKEY_OPERATOR_REAL_NODES=0`).
+fn on_kwok() -> serde_json::Value {
+    json!([{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}])
+}
+
+/// Causes that need a kubelet to back off, restart and report take longer than API-only ones.
+const KUBELET_TIMEOUT: Duration = Duration::from_secs(180);
+
+fn plugin_bin() -> PathBuf {
+    let bin = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../target/debug/kubectl-valkey"
+    ));
+    assert!(
+        bin.is_file(),
+        "{} is missing: cargo build -p kubectl-valkey first",
+        bin.display()
+    );
+    bin
+}
+
+/// `kubectl valkey status NAME` in the test's namespace, as the cluster's admin: stdout.
+fn plugin_status(env: &Env, name: &str) -> String {
+    let out = Command::new(plugin_bin())
+        .args(["status", name, "-n", &env.ns.name, "--color", "never"])
+        .env("KUBECONFIG", support::cluster::kubeconfig_path())
+        .output()
+        .expect("running kubectl-valkey");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ready_reason(v: &Valkey) -> Option<String> {
+    v.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone())
+}
+
+/// Waits until the status error contains every one of `words` and the Ready condition's reason
+/// is `reason`; then until `kubectl valkey status` shows the reason too. Returns the Valkey.
+async fn wait_cause(
+    env: &Env,
+    name: &str,
+    reason: &str,
+    words: &[&str],
+    timeout: Duration,
+) -> Valkey {
+    let v = wait_for(
+        env,
+        name,
+        &format!("the status to say {reason}"),
+        timeout,
+        |v| {
+            let s = v.status.as_ref().ok_or("no status")?;
+            if ready_reason(v).as_deref() != Some(reason) {
+                return Err(format!("Ready reason {:?}", ready_reason(v)));
+            }
+            match words.iter().find(|w| !s.error.contains(*w)) {
+                Some(w) => Err(format!("{w:?} not in the error")),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
+    harness::eventually(
+        &format!("kubectl valkey status to name {reason}"),
+        TIMEOUT,
+        || async {
+            let text = plugin_status(env, name);
+            (text.contains(reason) && words.iter().all(|w| text.contains(w)))
+                .then_some(())
+                .ok_or(text)
+        },
+    )
+    .await;
+    v
+}
+
+async fn patch_spec(env: &Env, name: &str, spec: serde_json::Value) {
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching Valkey {name}: {e}"));
+}
+
+async fn warning_with_reason(env: &Env, v: &Valkey, reason: &str) {
+    wait_event(env, v, &format!("a Warning {reason}"), |e| {
+        e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unknown_directive_is_refused_before_any_pod_and_heals_once_removed() {
+    let mut env = Env::new("diag-directive").await;
+    let _operator = env.start_leader().await;
+    let name = "typo";
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "volume": {"enabled": false}, "tolerations": on_kwok(),
+            "config": {"nonexistent-directive": "yes"}}),
+    )
+    .await;
+    let v = wait_cause(
+        &env,
+        name,
+        "UnknownDirective",
+        &[
+            "spec.config.nonexistent-directive",
+            "valkey-server 9.1.2 has no directive",
+        ],
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(
+        v.status.as_ref().and_then(|s| s.status),
+        Some(Phase::Failed)
+    );
+    warning_with_reason(&env, &v, "UnknownDirective").await;
+    assert!(
+        env.api::<StatefulSet>()
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing is applied for a spec valkey-server would refuse"
+    );
+
+    // Removing the key (a merge patch with null) heals it.
+    patch_spec(
+        &env,
+        name,
+        json!({"config": {"nonexistent-directive": null, "maxmemory-policy": "allkeys-lru"}}),
+    )
+    .await;
+    wait_running(&env, name, 1).await;
+}
+
+#[tokio::test]
+async fn a_bad_value_on_a_running_instance_keeps_its_pods_and_says_why() {
+    let mut env = Env::new("diag-value").await;
+    let _operator = env.start_leader().await;
+    let name = "value";
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "volume": {"enabled": false}}),
+    )
+    .await;
+    wait_running(&env, name, 1).await;
+    let before = pods(&env, name).await;
+
+    patch_spec(&env, name, json!({"config": {"maxmemory-policy": "lru"}})).await;
+    wait_cause(
+        &env,
+        name,
+        "InvalidConfigValue",
+        &["spec.config.maxmemory-policy", "\"lru\" is not one of"],
+        TIMEOUT,
+    )
+    .await;
+    let after = pods(&env, name).await;
+    let uid = |m: &std::collections::BTreeMap<String, k8s_openapi::api::core::v1::Pod>| {
+        m.values()
+            .map(|p| p.metadata.uid.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(uid(&before), uid(&after), "the running pod is left alone");
+
+    patch_spec(
+        &env,
+        name,
+        json!({"config": {"maxmemory-policy": "allkeys-lru"}}),
+    )
+    .await;
+    wait_running(&env, name, 1).await;
+}
+
+#[tokio::test]
+async fn a_node_selector_matching_no_node_is_unschedulable_until_fixed() {
+    let mut env = Env::new("diag-sched").await;
+    let _operator = env.start_leader().await;
+    let name = "nowhere";
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "volume": {"enabled": false}, "tolerations": on_kwok(),
+            "nodeSelector": {"disk": "no-such-disk"}}),
+    )
+    .await;
+    let v = wait_cause(
+        &env,
+        name,
+        "Unschedulable",
+        &[
+            "pod nowhere-0 cannot be scheduled",
+            "node affinity/selector",
+        ],
+        TIMEOUT,
+    )
+    .await;
+    warning_with_reason(&env, &v, "Unschedulable").await;
+
+    patch_spec(&env, name, json!({"nodeSelector": null})).await;
+    // The StatefulSet only replaces a pending pod once it is gone; a stuck Pending pod of the
+    // old revision is deleted by the StatefulSet controller when the template changes.
+    wait_for(&env, name, "healed", KUBELET_TIMEOUT, |v| running(v, 1)).await;
+}
