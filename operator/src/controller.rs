@@ -29,8 +29,8 @@ use valkey_core::api::names::{self, labels};
 use valkey_core::reconcile::{self, Error};
 
 use crate::health::{self, Health};
-use crate::primary_ping;
 use crate::metrics::Metrics;
+use crate::primary_ping;
 
 /// A healthy instance is looked at again after this long even without any event: a safety net,
 /// not how drift is noticed (owned-object watches do that).

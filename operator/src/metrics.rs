@@ -104,6 +104,8 @@ impl Metrics {
             "watch_broken_seconds",
             "How long each watch of the running controller has been failing (0 while it works)",
             watch_broken.clone(),
+        );
+        registry.register(
             "failovers",
             "Moves of the primary role (failovers and planned switchovers), by reason",
             failovers.clone(),

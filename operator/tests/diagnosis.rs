@@ -18,7 +18,6 @@ mod observe;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use valkey_core::api::{Phase, Valkey};
 
-use harness::{Env, TIMEOUT};
+use harness::{Env, TIMEOUT, plugin_bin};
 use observe::*;
 
 /// The KWOK nodes' taint: the API-only scenarios below run their pods there, so they work with
@@ -38,19 +37,6 @@ fn on_kwok() -> serde_json::Value {
 
 /// Causes that need a kubelet to back off, restart and report take longer than API-only ones.
 const KUBELET_TIMEOUT: Duration = Duration::from_secs(180);
-
-fn plugin_bin() -> PathBuf {
-    let bin = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../target/debug/kubectl-valkey"
-    ));
-    assert!(
-        bin.is_file(),
-        "{} is missing: cargo build -p kubectl-valkey first",
-        bin.display()
-    );
-    bin
-}
 
 /// `kubectl valkey status NAME` in the test's namespace, as the cluster's admin: stdout.
 fn plugin_status(env: &Env, name: &str) -> String {

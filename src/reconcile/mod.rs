@@ -69,7 +69,11 @@ pub async fn reconcile(valkey: &Valkey, ctx: &Context) -> Result<Report, Error> 
     let result = converge(valkey, &namespace, ctx).await;
     let (changes, error, seen) = match &result {
         Ok(c) => (c.changes.clone(), None, c.seen.clone()),
-        Err(e) => (Vec::new(), Some((e.to_string(), e.reason())), Seen::default()),
+        Err(e) => (
+            Vec::new(),
+            Some((e.to_string(), e.reason())),
+            Seen::default(),
+        ),
     };
     let (phase, status) = write_status(valkey, &namespace, &seen, &changes, error, ctx).await?;
     events::publish(ctx, valkey, &changes, result.as_ref().err()).await;

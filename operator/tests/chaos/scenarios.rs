@@ -675,25 +675,9 @@ impl Drop for Breakage {
     }
 }
 
-/// The plugin binary beside this test binary (`cargo build -p kubectl-valkey` builds it).
-pub fn plugin_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|dir| dir.join("kubectl-valkey"))
-        .expect("the target dir");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build -p kubectl-valkey` (same profile) first",
-        bin.display()
-    );
-    bin
-}
-
 /// Runs `kubectl valkey ARGS` with the admin kubeconfig; returns its output, panics on failure.
 pub async fn plugin(args: &[&str]) -> String {
-    let bin = plugin_bin();
+    let bin = crate::harness::plugin_bin();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(bin)

@@ -383,3 +383,20 @@ async fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
     }
     Ok(body.to_owned())
 }
+
+/// The plugin binary beside this test binary (`cargo build -p kubectl-valkey` builds it).
+#[allow(dead_code)] // not every test binary that includes the harness runs the plugin
+pub fn plugin_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("kubectl-valkey"))
+        .expect("the target dir");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build -p kubectl-valkey` (same profile) first",
+        bin.display()
+    );
+    bin
+}
