@@ -18,6 +18,8 @@ struct Case {
     error: Option<String>,
     #[serde(default, rename = "errorReason")]
     error_reason: Option<String>,
+    #[serde(default, rename = "errorTransient")]
+    error_transient: bool,
     expect: Expect,
 }
 
@@ -103,6 +105,7 @@ fn status_fixtures() {
             primary: case.primary.clone(),
             error: case.error.clone(),
             error_reason: case.error_reason.clone().map(|r| &*r.leak()),
+            error_transient: case.error_transient,
             claims: &[],
             changed: false,
             ..Observed::default()

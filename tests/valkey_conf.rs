@@ -612,8 +612,9 @@ fn the_start_script_starts_a_primary_or_a_replica() {
         start("cache-0", Some("cache-2")),
         (
             true,
-            format!("{conf} --replicaof cache-2.cache-headless.ns.svc.cluster.local 6379")
-        )
+            format!("{conf} --replicaof cache-2.cache-headless.ns.svc 6379")
+        ),
+        "a replica's primary is named without a cluster domain: the pod's search path adds it"
     );
     assert_eq!(
         start("cache-1", None),

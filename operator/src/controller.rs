@@ -279,8 +279,12 @@ async fn reconcile_one(valkey: Arc<Valkey>, state: Arc<State>) -> Result<Action,
     }
 }
 
-/// Retries a failed instance with exponential backoff (2 s, 4 s, ... up to 5 min).
-fn error_policy(valkey: Arc<Valkey>, _error: &Error, state: Arc<State>) -> Action {
+/// Retries a failed instance with exponential backoff (2 s, 4 s, ... up to 5 min), except an
+/// invalid spec: only a change of the Valkey can fix that, and its event reconciles it again.
+fn error_policy(valkey: Arc<Valkey>, error: &Error, state: Arc<State>) -> Action {
+    if matches!(error, Error::Build(_)) {
+        return Action::await_change();
+    }
     let attempts = state
         .failures
         .lock()

@@ -1171,6 +1171,37 @@ async fn a_growth_the_storage_class_refuses_is_reported_and_can_be_taken_back() 
         .map(|q| q.0);
     assert_eq!(requested.as_deref(), Some("1Gi"), "no claim was touched");
 
+    // While the reconcile fails, routing still works (roles are set before anything else): the
+    // primary's pod deleted comes back with its role label, behind the read-write Service.
+    let names = ObjectNames::new(name);
+    let pods = env.api::<Pod>();
+    let old_uid = pods.get(&names.pod(0)).await.expect("the pod").metadata.uid;
+    pods.delete(&names.pod(0), &DeleteParams::default())
+        .await
+        .expect("deleting the primary's pod");
+    eventually(
+        "the recreated pod labelled primary, behind the read-write Service",
+        TIMEOUT,
+        || async {
+            let pod = pods
+                .get_opt(&names.pod(0))
+                .await
+                .map_err(|e| e.to_string())?
+                .filter(|p| p.metadata.uid != old_uid)
+                .ok_or("not recreated yet")?;
+            let role = pod.labels().get(labels::ROLE).cloned();
+            if role.as_deref() != Some(roles::PRIMARY) {
+                return Err(format!("role label {role:?}"));
+            }
+            let ip = pod.status.and_then(|s| s.pod_ip).ok_or("no IP yet")?;
+            let eps = endpoint_addresses(&env, &names.read_write_service()).await;
+            (eps == BTreeSet::from([ip]))
+                .then_some(())
+                .ok_or(format!("endpoints {eps:?}"))
+        },
+    )
+    .await;
+
     // Below what the volumes are is still refused; back to it is accepted, and heals.
     let shrink = valkeys
         .patch(

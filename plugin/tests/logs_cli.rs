@@ -16,7 +16,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -391,17 +391,11 @@ async fn cli_is_interactive_on_a_terminal() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting script");
-    let mut stdin = child.stdin.take().expect("script's stdin");
-    let typing = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(3));
-        let _ = stdin.write_all(b"GET k\r");
-        std::thread::sleep(Duration::from_secs(2));
-        let _ = stdin.write_all(b"quit\r");
-        std::thread::sleep(Duration::from_secs(2));
-        drop(stdin);
-    });
-    let (code, output) = wait_with_timeout(child, Duration::from_secs(30));
-    let _ = typing.join();
+    let stdin = child.stdin.take().expect("script's stdin");
+    let stdout = child.stdout.take().expect("script's stdout");
+    let terminal = std::thread::spawn(move || play_terminal(stdout, stdin));
+    let (code, rest) = wait_with_timeout(child, Duration::from_secs(30));
+    let output = format!("{}{rest}", terminal.join().unwrap_or_default());
     assert!(
         output.contains("typed-on-a-tty"),
         "the interactive session answered: {output}"
@@ -612,6 +606,46 @@ fn nanos() -> u32 {
 }
 
 /// Waits for `child` (killing it after `limit`); its exit code, and its stdout and stderr.
+/// Plays the terminal `script` is attached to: answers the line editor's cursor-position queries
+/// (ESC[6n) as an 80-column terminal does (valkey-cli asks when the pseudo-terminal's size is
+/// not known yet), types `GET k` once the first prompt shows and `quit` once the answer came.
+/// Returns everything the session wrote.
+fn play_terminal(mut stdout: impl Read, mut stdin: impl Write) -> String {
+    const QUERY: &[u8] = b"\x1b[6n";
+    let mut output = Vec::new();
+    let (mut answered, mut typed_get, mut typed_quit) = (0, false, false);
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = stdout.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        output.extend_from_slice(&chunk[..n]);
+        let queries: Vec<usize> = output
+            .windows(QUERY.len())
+            .enumerate()
+            .filter(|(_, w)| *w == QUERY)
+            .map(|(i, _)| i)
+            .collect();
+        for (k, &at) in queries.iter().enumerate().skip(answered) {
+            // After "move 999 right" (ESC[999C) the cursor is in the last column.
+            let since = if k == 0 { 0 } else { queries[k - 1] };
+            let right = output[since..at].windows(6).any(|w| w == b"\x1b[999C");
+            let answer: &[u8] = if right { b"\x1b[1;80R" } else { b"\x1b[1;1R" };
+            let _ = stdin.write_all(answer).and_then(|_| stdin.flush());
+            answered = k + 1;
+        }
+        let text = String::from_utf8_lossy(&output);
+        if !typed_get && text.contains("> ") {
+            let _ = stdin.write_all(b"GET k\r").and_then(|_| stdin.flush());
+            typed_get = true;
+        } else if typed_get && !typed_quit && text.contains("typed-on-a-tty") {
+            let _ = stdin.write_all(b"quit\r").and_then(|_| stdin.flush());
+            typed_quit = true;
+        }
+    }
+    String::from_utf8_lossy(&output).into_owned()
+}
+
 fn wait_with_timeout(mut child: Child, limit: Duration) -> (Option<i32>, String) {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {

@@ -255,15 +255,17 @@ if [ "$primary" = "$POD_NAME" ]; then
   fi
   exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY} --min-replicas-to-write "$min_replicas"
 fi
-exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY} --min-replicas-to-write "$min_replicas" --replicaof "$primary.{headless}.{namespace}.svc.cluster.local" {PORT}
+exec valkey-server {CONFIG_DIR}/{VALKEY_CONF_KEY} --min-replicas-to-write "$min_replicas" --replicaof "$primary.{headless}.{namespace}.svc" {PORT}
 "#
     )
 }
 
 /// The stable DNS name of `pod`, through the headless Service: what replicas are pointed at.
+/// No cluster domain: `<pod>.<headless>.<namespace>.svc` resolves through the pod's DNS search
+/// path (`svc.<domain>`, `<domain>`) whatever the cluster's domain is.
 pub fn pod_host(instance: &str, namespace: &str, pod: &str) -> String {
     let headless = crate::api::names::ObjectNames::new(instance).headless_service();
-    format!("{pod}.{headless}.{namespace}.svc.cluster.local")
+    format!("{pod}.{headless}.{namespace}.svc")
 }
 
 /// sha256 (hex) over everything a running valkey-server read at start, so a change of any of

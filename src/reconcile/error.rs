@@ -52,6 +52,12 @@ pub enum Error {
         from: String,
         to: String,
     },
+
+    #[error(
+        "Secret {namespace}/{name} exists, but had no password the operator could read when this reconcile began (created meanwhile, or its key emptied); the operator reads it again. If this stays, delete the Secret and the operator generates a new password"
+    )]
+    GeneratedSecretExists { namespace: String, name: String },
+
     #[error("failover: {0}")]
     Failover(String),
 
@@ -72,9 +78,37 @@ impl Error {
             Error::PasswordNotText { .. } => "PasswordNotText",
             Error::VolumeResize { .. } => "VolumeResizeFailed",
             Error::VolumeExpansionNotAllowed { .. } => "VolumeExpansionNotAllowed",
+            Error::GeneratedSecretExists { .. } => "GeneratedSecretExists",
             Error::Failover(_) => "FailoverFailed",
             Error::Build(e) => e.reason(),
             Error::Kube(_) => "KubernetesApiError",
         }
+    }
+
+    /// Whether trying again alone may get past this error: the API server busy, unreachable or
+    /// in conflict, a Secret created meanwhile, a pod that did not answer. Such an error leaves
+    /// the phase to what the pods say (a serving instance stays Running) and shows in the
+    /// `Reconciled` condition; any other error needs a change first (the spec, a Secret, RBAC, a
+    /// StorageClass) and makes the instance `Failed`.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Kube(e) | Error::VolumeResize { source: e, .. } => kube_error_is_transient(e),
+            Error::GeneratedSecretExists { .. } | Error::Failover(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// 409 Conflict, 429 Too Many Requests, 5xx, and failures to get an answer at all (connection,
+/// timeout, a stream cut) pass with time; other answers (403 Forbidden, 404, 422 Invalid) and
+/// local faults (a request or response that does not serialize, credentials) do not.
+fn kube_error_is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 409 | 429 | 500..=599),
+        kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::ReadEvents(_)
+        | kube::Error::HttpError(_) => true,
+        _ => false,
     }
 }

@@ -66,35 +66,42 @@ pub async fn reconcile(valkey: &Valkey, ctx: &Context) -> Result<Report, Error> 
             requeue_after: None,
         });
     }
-    let result = converge(valkey, &namespace, ctx).await;
-    let (changes, error, seen) = match &result {
-        Ok(c) => (c.changes.clone(), None, c.seen.clone()),
-        Err(e) => (
-            Vec::new(),
-            Some((e.to_string(), e.reason())),
-            Seen::default(),
-        ),
-    };
-    let (phase, status) = write_status(valkey, &namespace, &seen, &changes, error, ctx).await?;
+    // Changes are collected as they are made, so those made before a step fails are still
+    // told in events and counted.
+    let mut changes = Vec::new();
+    let result = converge(valkey, &namespace, ctx, &mut changes).await;
+    changes.retain(|c| c.outcome.changed());
+    let seen = result.as_ref().map(Clone::clone).unwrap_or_default();
+    let error = result
+        .as_ref()
+        .err()
+        .map(|e| (e.to_string(), e.reason(), e.is_transient()));
+    let written = write_status(valkey, &namespace, &seen, &changes, error, ctx).await;
+    // The story is told even when the status could not be written.
     events::publish(ctx, valkey, &changes, result.as_ref().err()).await;
     events::failover(ctx, valkey, &seen.events).await;
-    if result.is_ok() {
-        events::pod_problems(ctx, valkey, &status).await;
-    }
+    let phase = match written {
+        Ok((phase, status)) => {
+            if result.is_ok() {
+                events::pod_problems(ctx, valkey, &status).await;
+            }
+            phase
+        }
+        Err(e) => return Err(result.err().unwrap_or(e)),
+    };
     if seen.switchover_done {
         // After the status and the events: whoever waits for the request to go sees the
         // outcome (status.lastFailover, or a SwitchoverRefused event) with it.
         clear_switchover(&ctx.client, &namespace, &valkey.name_any()).await?;
     }
-    result.map(|c| Report {
+    result.map(|seen| Report {
         phase,
-        changes: c.changes,
-        failover: c
-            .seen
+        changes,
+        failover: seen
             .failover
             .as_ref()
-            .map(|f| (f.reason.clone(), c.seen.took)),
-        requeue_after: c.seen.requeue_after,
+            .map(|f| (f.reason.clone(), seen.took)),
+        requeue_after: seen.requeue_after,
     })
 }
 
@@ -112,14 +119,14 @@ struct Seen {
     switchover_done: bool,
 }
 
-struct Converged {
-    changes: Vec<Change>,
-    seen: Seen,
-}
-
-/// Observes the pods and fails over when the primary failed, then applies every object of the
-/// instance; returns what changed.
-async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Converged, Error> {
+/// Observes the pods and fails over when the primary failed, labels the pods with their roles,
+/// then applies every object of the instance, pushing each change to `changes` as it is made.
+async fn converge(
+    valkey: &Valkey,
+    namespace: &str,
+    ctx: &Context,
+    changes: &mut Vec<Change>,
+) -> Result<Seen, Error> {
     let client = &ctx.client;
     let credentials = password::resolve(client, valkey, namespace).await?;
     let operator = password::resolve_operator(client, valkey, namespace).await?;
@@ -167,6 +174,9 @@ async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Con
         }
     }
     let primary = outcome.as_ref().map(|o| o.primary.clone()).or(recorded);
+    // Routing first: a recreated primary gets its role label (and the read-write Service its
+    // endpoint) whatever fails further down.
+    changes.extend(label_roles(&pods, valkey, primary.as_deref()).await?);
     let initialized = live_key(INITIALIZED_KEY).as_deref() == Some("true")
         || outcome.as_ref().is_some_and(failover::Outcome::initialized);
     let facts = Facts {
@@ -178,17 +188,22 @@ async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Con
         initialized,
     };
     let desired = desired::objects(valkey, &facts)?;
-    let mut changes = Vec::new();
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     for secret in [&desired.generated_secret, &desired.operator_secret]
         .into_iter()
         .flatten()
     {
-        changes.push(Change::of(
-            "Secret",
-            secret,
-            apply::create_if_absent(&secrets, secret).await?,
-        ));
+        // The password was generated because the Secret was absent or unusable when read: one
+        // there now must be read again, never disagreed with (auth.conf would carry a password
+        // the Secret does not).
+        let outcome = apply::create_if_absent(&secrets, secret).await?;
+        if outcome == Outcome::Unchanged {
+            return Err(Error::GeneratedSecretExists {
+                namespace: namespace.to_owned(),
+                name: secret.name_any(),
+            });
+        }
+        changes.push(Change::of("Secret", secret, outcome));
     }
     changes.push(Change::applied(
         "Secret",
@@ -245,8 +260,6 @@ async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Con
             apply::delete_managed(&pdbs, &pdb_name).await?,
         )),
     }
-    changes.extend(label_roles(&pods, valkey, primary.as_deref()).await?);
-    changes.retain(|c| c.outcome.changed());
     if let Some(mut o) = outcome {
         failover::finish(valkey, namespace, &mut o).await;
         failover::fence(valkey, &o).await;
@@ -263,7 +276,7 @@ async fn converge(valkey: &Valkey, namespace: &str, ctx: &Context) -> Result<Con
             seen.requeue_after = Some(seen.requeue_after.map_or(soon, |r| r.min(soon)));
         }
     }
-    Ok(Converged { changes, seen })
+    Ok(seen)
 }
 
 /// Removes the switchover request once it has been acted on (done or refused).
@@ -353,7 +366,7 @@ async fn write_status(
     namespace: &str,
     seen: &Seen,
     changes: &[Change],
-    error: Option<(String, &'static str)>,
+    error: Option<(String, &'static str, bool)>,
     ctx: &Context,
 ) -> Result<(Phase, ValkeyStatus), Error> {
     let client = &ctx.client;
@@ -369,7 +382,10 @@ async fn write_status(
     } else {
         Vec::new()
     };
-    let (error, error_reason) = error.unzip();
+    let (error, error_reason, error_transient) = match error {
+        Some((message, reason, transient)) => (Some(message), Some(reason), transient),
+        None => (None, None, false),
+    };
     let observed = Observed {
         statefulset: sts.as_ref(),
         pods: &pods,
@@ -378,6 +394,7 @@ async fn write_status(
         fact: seen.fact.clone(),
         error,
         error_reason,
+        error_transient,
         claims: &claims,
         changed: !changes.is_empty() || seen.failover.is_some(),
     };

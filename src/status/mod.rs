@@ -15,6 +15,10 @@ pub mod conditions {
     pub const READY: &str = "Ready";
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
+    /// Whether the last reconcile finished: False with the error's reason while it does not,
+    /// including errors that pass with time (the API server busy or away), which leave the
+    /// phase alone.
+    pub const RECONCILED: &str = "Reconciled";
 }
 
 /// What a reconcile saw of the instance.
@@ -33,6 +37,10 @@ pub struct Observed<'a> {
     pub error: Option<String>,
     /// The CamelCase reason of `error` (e.g. UnknownDirective), for the conditions.
     pub error_reason: Option<&'static str>,
+    /// Whether `error` passes with time (an API server hiccup): the phase then stays what the
+    /// pods say, and only the `Reconciled` condition and `status.error` tell it. Any other error
+    /// makes the instance `Failed`: it cannot make progress until something is fixed.
+    pub error_transient: bool,
     /// The instance's volume claims (any order), to tell an unbound volume from other
     /// scheduling failures.
     pub claims: &'a [PersistentVolumeClaim],
@@ -61,11 +69,11 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
     let mut message = message(phase, desired, ready, rolling, observed);
     // A reconcile error comes first (nothing new was applied); otherwise what the pods say.
     let (error, reason) = match (&observed.error, problems.first()) {
-        (Some(error), _) => (
+        (Some(error), _) if !observed.error_transient => (
             error.clone(),
             observed.error_reason.unwrap_or(phase_reason(phase)),
         ),
-        (None, Some(problem)) => {
+        (_, Some(problem)) => {
             let mut error = problem.message.clone();
             match problems.len() - 1 {
                 0 => {}
@@ -75,9 +83,14 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
             message = format!("{message}: {error}");
             (error, problem.cause.reason())
         }
-        (None, None) => (String::new(), phase_reason(phase)),
+        (_, None) => (String::new(), phase_reason(phase)),
     };
     let troubled = !error.is_empty();
+    // An error that passes with time is told in status.error and the Reconciled condition only.
+    let error = match &observed.error {
+        Some(transient) if observed.error_transient => transient.clone(),
+        _ => error,
+    };
 
     let mut status = ValkeyStatus {
         status: Some(phase),
@@ -139,6 +152,7 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
             generation,
             now,
         ),
+        reconciled_condition(&previous, observed, generation, now),
     ];
     if observed.changed || previous.status != status.status || previous.last_reconcile_at.is_none()
     {
@@ -173,13 +187,15 @@ fn phase(
     observed: &Observed<'_>,
     previous: Option<Phase>,
 ) -> Phase {
-    if observed.error.is_some() {
+    if observed.error.is_some() && !observed.error_transient {
         return Phase::Failed;
     }
     if desired == 0 {
         return Phase::Stopped;
     }
-    if observed.statefulset.is_none() {
+    // No StatefulSet but pods: it is being replaced (a volume resize orphans the pods and
+    // creates it again), and the pods still say how the instance is.
+    if observed.statefulset.is_none() && observed.pods.is_empty() {
         return Phase::Pending;
     }
     if ready >= desired && has_primary {
@@ -189,6 +205,34 @@ fn phase(
     match previous {
         Some(Phase::Running | Phase::Degraded) => Phase::Degraded,
         _ => Phase::Creating,
+    }
+}
+
+fn reconciled_condition(
+    previous: &ValkeyStatus,
+    observed: &Observed<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    match &observed.error {
+        Some(error) => condition(
+            previous,
+            conditions::RECONCILED,
+            false,
+            observed.error_reason.unwrap_or("ReconcileFailed"),
+            error,
+            generation,
+            now,
+        ),
+        None => condition(
+            previous,
+            conditions::RECONCILED,
+            true,
+            "Reconciled",
+            "the last reconcile applied every object",
+            generation,
+            now,
+        ),
     }
 }
 
