@@ -5,9 +5,9 @@
 //! condition and `kubectl valkey status` to name the cause, then fixes the spec and sees the
 //! instance heal.
 //!
-//!   cargo build -p kubectl-valkey && cargo test -p valkey-operator --test diagnosis
+//!   cargo test -p valkey-operator --test diagnosis
 //!
-//! The plugin is the binary Cargo built (target/debug/kubectl-valkey), run as a user runs it.
+//! The plugin is the binary Cargo built beside the test binary, run as a user runs it.
 
 #[path = "e2e/harness.rs"]
 #[allow(dead_code)]
@@ -231,4 +231,127 @@ async fn a_node_selector_matching_no_node_is_unschedulable_until_fixed() {
     // The StatefulSet only replaces a pending pod once it is gone; a stuck Pending pod of the
     // old revision is deleted by the StatefulSet controller when the template changes.
     wait_for(&env, name, "healed", KUBELET_TIMEOUT, |v| running(v, 1)).await;
+}
+
+/// Healed: Running, and the error gone from the status.
+async fn wait_healed(env: &Env, name: &str) {
+    wait_for(
+        env,
+        name,
+        "healed, the error cleared",
+        KUBELET_TIMEOUT,
+        |v| {
+            running(v, 1)?;
+            match v.status.as_ref().map(|s| s.error.as_str()) {
+                Some("") => Ok(()),
+                other => Err(format!("error still {other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// On a real node: `save` has its own parser, so the directive table lets any word through and
+/// valkey-server judges it; it refuses "bogus" and exits at start, again and again.
+#[tokio::test]
+async fn a_server_that_exits_at_start_is_crash_looping_with_its_log_until_fixed() {
+    let mut env = Env::new("diag-crash").await;
+    let _operator = env.start_leader().await;
+    let name = "crash";
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "volume": {"enabled": false}, "config": {"save": "bogus"}}),
+    )
+    .await;
+    let v = wait_cause(
+        &env,
+        name,
+        "PodCrashLooping",
+        &["pod crash-0 keeps crashing", "last log lines:", "save"],
+        KUBELET_TIMEOUT,
+    )
+    .await;
+    warning_with_reason(&env, &v, "PodCrashLooping").await;
+    let text = plugin_status(&env, name);
+    assert!(text.contains("Why pods are not running"), "{text}");
+
+    patch_spec(&env, name, json!({"config": {"save": null}})).await;
+    wait_healed(&env, name).await;
+}
+
+/// On a real node: an image no registry serves (this machine has no registry access at all).
+#[tokio::test]
+async fn an_image_that_cannot_be_pulled_is_named_until_fixed() {
+    let mut env = Env::new("diag-image").await;
+    let _operator = env.start_leader().await;
+    let name = "pull";
+    let image = "valkey/valkey:0.0.0-no-such-tag";
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "volume": {"enabled": false}, "image": image}),
+    )
+    .await;
+    let v = wait_cause(
+        &env,
+        name,
+        "ImagePullFailed",
+        &[
+            &format!("pod pull-0 cannot pull image {image}"),
+            "fix spec.image",
+        ],
+        KUBELET_TIMEOUT,
+    )
+    .await;
+    warning_with_reason(&env, &v, "ImagePullFailed").await;
+
+    patch_spec(&env, name, json!({"image": null})).await;
+    wait_healed(&env, name).await;
+}
+
+/// A claim of a StorageClass that does not exist yet stays unbound: the pod waits for its volume.
+/// Creating the class (served by the local cluster's provisioner) heals the instance.
+#[tokio::test]
+async fn a_volume_that_does_not_bind_is_named_until_its_class_exists() {
+    let mut env = Env::new("diag-volume").await;
+    let _operator = env.start_leader().await;
+    let name = "unbound";
+    let class = format!("later-{}", env.ns.name);
+    create(
+        &env,
+        name,
+        json!({"replicas": 1, "volume": {"storage": "1Gi", "storageClassName": class}}),
+    )
+    .await;
+    let v = wait_cause(
+        &env,
+        name,
+        "VolumeNotReady",
+        &["pod unbound-0 waits for its volume", "data-unbound-0"],
+        KUBELET_TIMEOUT,
+    )
+    .await;
+    warning_with_reason(&env, &v, "VolumeNotReady").await;
+
+    let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
+        kube::Api::all(env.client());
+    classes
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": class},
+                "provisioner": "kwok.x-k8s.io/volume",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": "Delete",
+            }))
+            .expect("a StorageClass"),
+        )
+        .await
+        .expect("creating the StorageClass");
+    wait_healed(&env, name).await;
+    let _ = classes
+        .delete(&class, &kube::api::DeleteParams::default())
+        .await;
 }
