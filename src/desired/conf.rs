@@ -177,7 +177,9 @@ pub(crate) fn auth_conf(instance: &Instance, password: &str, operator_password: 
 /// - `replicaof`: promote a replica (`REPLICAOF NO ONE`) and point the others at it;
 /// - `failover`: planned switchover (`FAILOVER TO host port TIMEOUT ms`);
 /// - `config|get`, `config|set`: fencing (`min-replicas-to-write`) on the running primary;
-/// - `client|kill`: drop the clients of a demoted primary (`CLIENT KILL TYPE normal`).
+/// - `client|kill`: drop the clients of a demoted primary (`CLIENT KILL TYPE normal`);
+/// - `client|pause`: hold the writes of a primary that still answers while a replica takes over
+///   (`CLIENT PAUSE ms WRITE`), so it acknowledges nothing the new primary lacks.
 pub const OPERATOR_COMMANDS: &[&str] = &[
     "ping",
     "info",
@@ -186,6 +188,7 @@ pub const OPERATOR_COMMANDS: &[&str] = &[
     "config|get",
     "config|set",
     "client|kill",
+    "client|pause",
 ];
 
 /// The operator's own ACL user ([`OPERATOR_USER`]): only [`OPERATOR_COMMANDS`].

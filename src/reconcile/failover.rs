@@ -33,6 +33,11 @@ use crate::status;
 pub const POD_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long Valkey's `FAILOVER` may pause writers while the target catches up.
 pub const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the writes of a primary that still answers are held while a replica takes over: an
+/// upper bound, the clients are killed as soon as the new primary is followed.
+const QUIESCE_PAUSE: Duration = Duration::from_secs(10);
+/// How long the candidate may take to catch up with a paused primary before it is promoted anyway.
+const QUIESCE_CATCH_UP: Duration = Duration::from_secs(2);
 
 /// What the operator remembers between reconciles (and shares with its health loop): per pod,
 /// since when it has been silent, whether it ever completed a sync, how many keys it held; per
@@ -275,8 +280,9 @@ pub async fn run(
     match action {
         Action::Nothing => {}
         Action::Report(fact) => report(&mut outcome, valkey, &observation, fact),
-        Action::Repoint { pods, .. } => {
-            // A second primary (an old one back) drops its clients once it follows.
+        Action::Repoint { pods, primary } => {
+            // A second primary (an old one back, or one promoted by an operator that died
+            // before recording it) drops its clients once it follows.
             outcome.fence = observation
                 .pods
                 .iter()
@@ -288,6 +294,13 @@ pub async fn run(
                 })
                 .map(|p| p.name.clone())
                 .collect();
+            for stray in &outcome.fence {
+                let note = format!(
+                    "{stray} answered as a primary, but {primary} is the recorded one: {stray} now follows {primary} and its clients were disconnected"
+                );
+                warn!("{note}");
+                outcome.events.push((true, "StrayPrimaryRepointed", note));
+            }
             outcome.repoint = pods;
         }
         Action::Promote {
@@ -416,6 +429,9 @@ async fn promote(
             "the candidate {candidate} did not answer the operator any more"
         )));
     };
+    if let Some((old, _)) = from.as_deref().and_then(|f| outcome.conns.get(f)) {
+        quiesce(old, conn, candidate).await;
+    }
     conn.promote()
         .await
         .map_err(|e| Error::Failover(format!("REPLICAOF NO ONE on {candidate} failed: {e}")))?;
@@ -437,6 +453,33 @@ async fn promote(
         duration: String::new(),
     });
     Ok(())
+}
+
+/// A primary that still answers (its pod being deleted, a rollout) still acknowledges writes,
+/// and its other replicas still receive them: promoting meanwhile would lose those writes when
+/// the replicas follow the new primary. So its writers are paused first (the pause ends when
+/// `finish` kills its clients, or after [`QUIESCE_PAUSE`]) and the candidate is let catch up
+/// with what it has, for at most [`QUIESCE_CATCH_UP`]. A primary that cannot be paused (it is
+/// shutting down) takes no more writes anyway.
+async fn quiesce(old: &Conn, candidate: &Conn, name: &str) {
+    if let Err(e) = old.pause_writes(QUIESCE_PAUSE).await {
+        debug!(error = %e, "the old primary could not be paused");
+        return;
+    }
+    let Ok(target) = old.info().await.map(|i| i.offset) else {
+        return;
+    };
+    let deadline = Instant::now() + QUIESCE_CATCH_UP;
+    loop {
+        match candidate.info().await {
+            Ok(info) if info.offset >= target => return,
+            _ if Instant::now() >= deadline => {
+                warn!(candidate = %name, offset = target, "the candidate did not catch up with the paused primary in time; promoting it anyway");
+                return;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }
 
 /// A planned switchover: Valkey's own `FAILOVER TO` on the primary, then (once the target

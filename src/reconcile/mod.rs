@@ -175,8 +175,13 @@ async fn converge(
     }
     let primary = outcome.as_ref().map(|o| o.primary.clone()).or(recorded);
     // Routing first: a recreated primary gets its role label (and the read-write Service its
-    // endpoint) whatever fails further down.
-    changes.extend(label_roles(&pods, valkey, primary.as_deref()).await?);
+    // endpoint) whatever fails further down. Except when this reconcile moved the primary: then
+    // the ConfigMap must record the new one before its label routes writes to it, or a restart
+    // of the old primary after a crash of the operator would bring back two primaries.
+    let moved = outcome.as_ref().is_some_and(|o| o.failover.is_some());
+    if !moved {
+        changes.extend(label_roles(&pods, valkey, primary.as_deref()).await?);
+    }
     let initialized = live_key(INITIALIZED_KEY).as_deref() == Some("true")
         || outcome.as_ref().is_some_and(failover::Outcome::initialized);
     let facts = Facts {
@@ -213,6 +218,14 @@ async fn converge(
         "ConfigMap",
         apply::apply(&config_maps, &desired.config_map).await?,
     ));
+    if moved {
+        changes.extend(label_roles(&pods, valkey, primary.as_deref()).await?);
+    }
+    // The replicas follow the primary (and a primary just replaced loses its clients) as soon
+    // as it is recorded and labelled, not after every other object is applied.
+    if let Some(o) = outcome.as_mut() {
+        failover::finish(valkey, namespace, o).await;
+    }
     let services = Api::<Service>::namespaced(client.clone(), namespace);
     for service in [
         &desired.headless_service,
@@ -260,8 +273,7 @@ async fn converge(
             apply::delete_managed(&pdbs, &pdb_name).await?,
         )),
     }
-    if let Some(mut o) = outcome {
-        failover::finish(valkey, namespace, &mut o).await;
+    if let Some(o) = outcome {
         failover::fence(valkey, &o).await;
         seen.switchover_done = o.switchover_done;
         seen.took = failover::took(&o).unwrap_or_default();

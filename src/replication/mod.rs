@@ -216,6 +216,17 @@ impl Conn {
         }
     }
 
+    /// `CLIENT PAUSE ms WRITE`: write commands of ordinary clients wait (replication and reads
+    /// go on) until `pause` has passed or their connection is killed.
+    pub async fn pause_writes(&self, pause: Duration) -> Result<(), Error> {
+        let millis = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        self.ok(
+            "CLIENT PAUSE",
+            redis::cmd("CLIENT").arg("PAUSE").arg(millis).arg("WRITE"),
+        )
+        .await
+    }
+
     /// `CONFIG GET key`: its value, if the server knows the directive.
     pub async fn config_get(&self, key: &str) -> Result<Option<String>, Error> {
         let pairs: Vec<String> = self.query(redis::cmd("CONFIG").arg("GET").arg(key)).await?;

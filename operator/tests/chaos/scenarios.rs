@@ -34,6 +34,9 @@ use crate::traffic::{self, Attempt, Clock, Reader, Writer, WriterConfig};
 /// failover code).
 pub const FAILOVER_STARTED: &str = "FailoverStarted";
 pub const PRIMARY_PROMOTED: &str = "PrimaryPromoted";
+/// A pod promoted but not recorded (an operator killed mid-failover) pointed back at the
+/// recorded primary.
+pub const STRAY_PRIMARY: &str = "StrayPrimaryRepointed";
 
 /// How long a run may take to recover, and then to settle: generous bounds, never figures.
 const RECOVERY: Duration = Duration::from_secs(120);
@@ -411,9 +414,11 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
             figures
                 .events
                 .iter()
-                .any(|e| e.contains(FAILOVER_STARTED) || e.contains(PRIMARY_PROMOTED)),
+                .any(|e| [FAILOVER_STARTED, PRIMARY_PROMOTED, STRAY_PRIMARY]
+                    .iter()
+                    .any(|reason| e.contains(reason))),
             "{tag}: another pod than {} answered role:master {:.2} s after the fault, and no \
-             {FAILOVER_STARTED} or {PRIMARY_PROMOTED} event since the fault: {:#?}",
+             {FAILOVER_STARTED}, {PRIMARY_PROMOTED} or {STRAY_PRIMARY} event since the fault: {:#?}",
             figures.old_primary,
             figures.promoted_after.unwrap_or_default(),
             figures.events
