@@ -1473,15 +1473,20 @@ async fn a_deleted_primary_is_replaced_and_a_switchover_hands_the_role_over() {
         Some(roles::REPLICA)
     );
 
-    // A planned switchover back to the old pod, as `kubectl valkey failover --to` asks.
-    env.api::<Valkey>()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: old}}})),
-        )
-        .await
-        .expect("asking for a switchover");
+    // A planned switchover back to the old pod, as `kubectl valkey failover --to` asks. Ready
+    // does not mean synced: while the recreated pod still syncs, the operator refuses (and
+    // removes the request); it is asked again then, as a user would after the refusal.
+    let ask = || async {
+        env.api::<Valkey>()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: old}}})),
+            )
+            .await
+            .expect("asking for a switchover");
+    };
+    ask().await;
     let v = eventually(
         "the switchover done and the request removed",
         TIMEOUT,
@@ -1491,6 +1496,10 @@ async fn a_deleted_primary_is_replaced_and_a_switchover_hands_the_role_over() {
             let pending = v.annotations().contains_key(SWITCHOVER_ANNOTATION);
             match record {
                 Some(r) if r.reason == "Switchover" && r.to == old && !pending => Ok(v),
+                _ if !pending => {
+                    ask().await;
+                    Err(format!("refused, asked again: {}", describe(&v)))
+                }
                 _ => Err(describe(&v)),
             }
         },
