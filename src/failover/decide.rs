@@ -123,6 +123,9 @@ pub enum Reason {
     NotPrimary,
     /// A planned switchover was asked for.
     Switchover,
+    /// Recorded by an operator that stopped before it could tell (status, events): told by the
+    /// next one.
+    Resumed,
 }
 
 impl Reason {
@@ -136,6 +139,7 @@ impl Reason {
             Reason::Unreachable => "Unreachable",
             Reason::NotPrimary => "NotPrimary",
             Reason::Switchover => "Switchover",
+            Reason::Resumed => "Resumed",
         }
     }
 }

@@ -314,6 +314,18 @@ pub async fn run(
             switchover(ctx, namespace, pods, &mut outcome, &from, &to).await?;
         }
     }
+    if outcome.failover.is_none()
+        && let Some(record) = untold_move(valkey, Some(recorded))
+    {
+        let note = format!(
+            "{} is the primary (was {}): recorded by an operator that stopped before telling it",
+            record.to,
+            record.from.as_deref().unwrap_or("unknown")
+        );
+        info!("{note}");
+        outcome.events.push((false, "PrimaryPromoted", note));
+        outcome.failover = Some(record);
+    }
     if observation.switchover.is_some() && outcome.failover.is_none() {
         outcome.switchover_done = true;
     }
@@ -453,6 +465,31 @@ async fn promote(
         duration: String::new(),
     });
     Ok(())
+}
+
+/// A move of the primary role recorded in the ConfigMap (`recorded`) but never told: the
+/// status's last move (or, before any, pod 0, where every instance starts) names another pod.
+/// That is an operator that stopped between the ConfigMap and the status and events; the next
+/// reconcile tells it. A record pointing outside `spec.replicas` (scaled away) is no such move.
+pub fn untold_move(valkey: &Valkey, recorded: Option<&str>) -> Option<LastFailover> {
+    let instance = valkey.name_any();
+    let in_range =
+        |p: &str| names::pod_ordinal(&instance, p).is_some_and(|o| o < valkey.spec.replicas);
+    let recorded = recorded.filter(|p| in_range(p))?;
+    let told = valkey
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failover.as_ref())
+        .map(|f| f.to.clone())
+        .filter(|p| in_range(p))
+        .unwrap_or_else(|| names::ObjectNames::new(&instance).pod(0));
+    (told != recorded).then(|| LastFailover {
+        from: Some(told),
+        to: recorded.to_owned(),
+        reason: Reason::Resumed.as_str().to_owned(),
+        time: Time(k8s_openapi::jiff::Timestamp::now()),
+        duration: String::new(),
+    })
 }
 
 /// A primary that still answers (its pod being deleted, a rollout) still acknowledges writes,
@@ -631,13 +668,10 @@ async fn observe(
 ) -> (Observation, HashMap<String, (Conn, String)>) {
     let instance = valkey.name_any();
     let nodes = node_facts(ctx, pods).await;
+    // Terminating pods are asked too: never a candidate, but a primary being deleted may still
+    // take writes until it is quiesced (see `quiesce`), and it is repointed and fenced after.
     let asked = join_all(pods.iter().map(|pod| async move {
-        let ip = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.clone())
-            .filter(|_| pod.metadata.deletion_timestamp.is_none());
-        let ip = ip?;
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone())?;
         let target = Target::operator(ip.clone(), port(), operator_password, POD_TIMEOUT);
         let conn = Conn::open(&target).await.ok()?;
         let info = conn.info().await.ok()?;
@@ -831,5 +865,51 @@ pub async fn fence(valkey: &Valkey, outcome: &Outcome) {
             Err(e) => warn!(primary = %outcome.primary, error = %e, "could not set fencing"),
         },
         Err(e) => debug!(primary = %outcome.primary, error = %e, "could not read fencing"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::untold_move;
+    use crate::api::Valkey;
+
+    fn valkey(replicas: i32, last_to: Option<&str>) -> Valkey {
+        let mut v: Valkey = serde_json::from_value(serde_json::json!({
+            "apiVersion": "database.kuberly.io/v1alpha1", "kind": "Valkey",
+            "metadata": {"name": "cache", "namespace": "ns"},
+            "spec": {"replicas": replicas},
+        }))
+        .expect("a Valkey");
+        if let Some(to) = last_to {
+            v.status = Some(
+                serde_json::from_value(serde_json::json!({
+                    "lastFailover": {"from": "cache-9", "to": to, "reason": "PodDeleted",
+                        "time": "2026-12-01T00:00:00Z", "duration": "100ms"},
+                }))
+                .expect("a status"),
+            );
+        }
+        v
+    }
+
+    #[test]
+    fn a_recorded_primary_nobody_told_is_told_once() {
+        // Never moved: pod 0 is where every instance starts.
+        assert!(untold_move(&valkey(3, None), Some("cache-0")).is_none());
+        // Moved to cache-1 by an operator that stopped before telling.
+        let told = untold_move(&valkey(3, None), Some("cache-1")).expect("a move to tell");
+        assert_eq!(
+            (told.from.as_deref(), told.to.as_str()),
+            (Some("cache-0"), "cache-1")
+        );
+        assert_eq!(told.reason, "Resumed");
+        // Told already.
+        assert!(untold_move(&valkey(3, Some("cache-1")), Some("cache-1")).is_none());
+        // Moved again after a told move.
+        let again = untold_move(&valkey(3, Some("cache-1")), Some("cache-2")).expect("a move");
+        assert_eq!(again.from.as_deref(), Some("cache-1"));
+        // A record outside spec.replicas (scaled away) is no move; nor is a told pod scaled away.
+        assert!(untold_move(&valkey(1, None), Some("cache-2")).is_none());
+        assert!(untold_move(&valkey(1, Some("cache-2")), Some("cache-0")).is_none());
     }
 }
