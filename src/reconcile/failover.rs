@@ -384,6 +384,15 @@ fn report(outcome: &mut Outcome, valkey: &Valkey, observation: &Observation, fac
             if !ever_synced && !observation.primary_had_data {
                 return;
             }
+            // Every pod going at once (the StatefulSet deleted, the namespace going): nothing
+            // failed that a replica could take over from; the StatefulSet brings them back.
+            let all_going = observation
+                .pods
+                .iter()
+                .all(|p| p.name == recorded || p.terminating);
+            if all_going && matches!(reason, Reason::PodTerminating | Reason::PodDeleted) {
+                return;
+            }
             // Told once (the status keeps saying it), not at every look.
             let told = valkey
                 .status
