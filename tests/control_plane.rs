@@ -472,8 +472,20 @@ async fn a_statefulset_spreads_over_the_real_nodes_replicates_over_dns_and_keeps
     assert_eq!(ok.trim(), "OK");
     let (_, code) = exec(&ns, "vk-0", &["valkey-cli", "wait", "2", "5000"]).await;
     assert_eq!(code, 0);
-    let (value, _) = exec(&ns, "vk-1", &["valkey-cli", "get", "kept"]).await;
-    assert_eq!(value.trim(), "across-pods", "replicated to vk-1");
+    // WAIT's answer is a count, not a promise (its exit code is 0 either way), and an exec can
+    // fail on its own: the replica is read until it has the key, for a bounded time.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (value, _) = exec(&ns, "vk-1", &["valkey-cli", "get", "kept"]).await;
+        if value.trim() == "across-pods" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not replicated to vk-1 after 15 s: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     // The claim outlives the pod: vk-0 comes back with the key from its append-only file.
     let old_uid = ready
