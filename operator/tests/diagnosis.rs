@@ -273,8 +273,15 @@ async fn a_server_that_exits_at_start_is_crash_looping_with_its_log_until_fixed(
     )
     .await;
     warning_with_reason(&env, &v, "PodCrashLooping").await;
-    let text = plugin_status(&env, name);
-    assert!(text.contains("Why pods are not running"), "{text}");
+    // Between two crashes the container runs for a moment and nothing is blamed yet; the
+    // section is there again once it is down.
+    harness::eventually("kubectl valkey status to say why", TIMEOUT, || async {
+        let text = plugin_status(&env, name);
+        text.contains("Why pods are not running")
+            .then_some(())
+            .ok_or(text)
+    })
+    .await;
 
     patch_spec(&env, name, json!({"config": {"save": null}})).await;
     wait_healed(&env, name).await;
