@@ -230,6 +230,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// `to` is the primary now: every other pod that answered (the old primary included)
+    /// follows it by its DNS name, and the move is recorded.
+    fn moved(&mut self, from: Option<String>, to: &str, reason: Reason, started: Instant) {
+        self.primary = to.to_owned();
+        self.primary_answers = Some(true);
+        self.repoint = self.conns.keys().filter(|p| *p != to).cloned().collect();
+        self.started = Some(started);
+        self.failover = Some(move_record(from, to, reason));
+    }
+
     /// Whether the instance has run with a primary and a synced replica (the boot guard's fact).
     pub fn initialized(&self) -> bool {
         self.primary_answers == Some(true) && self.replica_synced
@@ -456,23 +466,8 @@ async fn promote(
     conn.promote()
         .await
         .map_err(|e| Error::Failover(format!("REPLICAOF NO ONE on {candidate} failed: {e}")))?;
-    outcome.primary = candidate.to_owned();
-    outcome.primary_answers = Some(true);
-    outcome.repoint = outcome
-        .conns
-        .keys()
-        .filter(|p| p.as_str() != candidate)
-        .cloned()
-        .collect();
     outcome.fence.extend(from.clone());
-    outcome.started = Some(started);
-    outcome.failover = Some(LastFailover {
-        from,
-        to: candidate.to_owned(),
-        reason: reason.as_str().to_owned(),
-        time: Time(k8s_openapi::jiff::Timestamp::now()),
-        duration: String::new(),
-    });
+    outcome.moved(from, candidate, reason, started);
     Ok(())
 }
 
@@ -492,13 +487,18 @@ pub fn untold_move(valkey: &Valkey, recorded: Option<&str>) -> Option<LastFailov
         .map(|f| f.to.clone())
         .filter(|p| in_range(p))
         .unwrap_or_else(|| names::ObjectNames::new(&instance).pod(0));
-    (told != recorded).then(|| LastFailover {
-        from: Some(told),
-        to: recorded.to_owned(),
-        reason: Reason::Resumed.as_str().to_owned(),
+    (told != recorded).then(|| move_record(Some(told), recorded, Reason::Resumed))
+}
+
+/// The record of a move of the primary role made now (its duration is filled in by `finish`).
+fn move_record(from: Option<String>, to: &str, reason: Reason) -> LastFailover {
+    LastFailover {
+        from,
+        to: to.to_owned(),
+        reason: reason.as_str().to_owned(),
         time: Time(k8s_openapi::jiff::Timestamp::now()),
         duration: String::new(),
-    })
+    }
 }
 
 /// A primary that still answers (its pod being deleted, a rollout) still acknowledges writes,
@@ -586,23 +586,7 @@ async fn switchover(
     if let Some(old) = pods.iter().find(|p| p.name_any() == from) {
         set_role(&pod_api, old, roles::REPLICA).await?;
     }
-    outcome.primary = to.to_owned();
-    outcome.primary_answers = Some(true);
-    // Every other pod, the old primary included, follows the new one by its DNS name.
-    outcome.repoint = outcome
-        .conns
-        .keys()
-        .filter(|p| p.as_str() != to)
-        .cloned()
-        .collect();
-    outcome.started = Some(started);
-    outcome.failover = Some(LastFailover {
-        from: Some(from.to_owned()),
-        to: to.to_owned(),
-        reason: Reason::Switchover.as_str().to_owned(),
-        time: Time(k8s_openapi::jiff::Timestamp::now()),
-        duration: String::new(),
-    });
+    outcome.moved(Some(from.to_owned()), to, Reason::Switchover, started);
     Ok(())
 }
 
