@@ -1,5 +1,5 @@
 //! Whether the operator can see the cluster: every watch it holds reports here, /readyz and the
-//! leader loop ask here, /metrics renders from here.
+//! leader loop ask here, /metrics reads from here at scrape time (metrics.rs).
 //!
 //! A watch is *broken* from its first error until it has listed again; `WATCH_BROKEN_BOUND` is how
 //! long that may last before the process counts as unhealthy (/readyz fails and a leader steps
@@ -17,8 +17,6 @@ use backon::BackoffBuilder;
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 use tracing::{debug, info, warn};
-
-use crate::metrics::Metrics;
 
 /// How long a watch may stay broken before the process is unhealthy: /readyz fails and the leader
 /// stops reconciling and gives its Lease up. Shorter than the Lease's grace (main.rs), so this
@@ -55,6 +53,9 @@ struct Inner {
     /// When the current outage began (first watch broken while none was), until every watch has
     /// listed again. Survives a controller restart, so that one outage logs one warning.
     outage: Option<Instant>,
+    /// Restarts of each watch since the process started (a counter: never cleared, not even when
+    /// the controller and its watches stop).
+    restarts: BTreeMap<&'static str, u64>,
 }
 
 impl Inner {
@@ -89,17 +90,22 @@ impl Inner {
     }
 }
 
+#[derive(Default)]
 pub struct Health {
     inner: Mutex<Inner>,
-    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("broken_for", &self.broken_for())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Health {
-    pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
-        Arc::new(Self {
-            inner: Mutex::new(Inner::default()),
-            metrics,
-        })
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -153,8 +159,8 @@ impl Health {
     }
 
     fn failed(&self, watch: &'static str, error: &dyn Display) {
-        self.metrics.watch_restarted(watch);
         let mut inner = self.lock();
+        *inner.restarts.entry(watch).or_default() += 1;
         let now = Instant::now();
         let previous = inner.watches.insert(watch, WatchState::Broken(now));
         if let Some(WatchState::Broken(since)) = previous {
@@ -223,6 +229,15 @@ impl Health {
             return Err("the API server or a watch on it has been failing for too long");
         }
         Ok(())
+    }
+
+    /// How often each watch has been started again after an error, since the process started.
+    pub fn restarts(&self) -> Vec<(&'static str, u64)> {
+        self.lock()
+            .restarts
+            .iter()
+            .map(|(watch, n)| (*watch, *n))
+            .collect()
     }
 
     /// How long each watch of the running controller has been broken (zero when it is not).
@@ -310,6 +325,7 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
+    use crate::metrics::Metrics;
 
     fn config_map(name: &str) -> ConfigMap {
         let mut cm = ConfigMap::default();
@@ -319,7 +335,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_error_restarts_the_watcher_with_a_fresh_list_and_never_reaches_the_consumer() {
-        let health = Health::new(Metrics::new());
+        let health = Health::new();
         health.api_answered();
         let starts = Arc::new(AtomicUsize::new(0));
         let counted = starts.clone();
@@ -372,8 +388,9 @@ mod tests {
 
     #[test]
     fn a_watch_is_broken_from_its_first_error_until_it_lists() {
-        let metrics = Metrics::new();
-        let health = Health::new(metrics.clone());
+        let health = Health::new();
+        let (_store_tx, store) = tokio::sync::watch::channel(None);
+        let metrics = Metrics::new(health.clone(), store);
         health.api_answered();
         health.started("pods");
         health.started("services");
@@ -386,7 +403,7 @@ mod tests {
         assert!(health.ready().is_ok(), "within the bound");
         health.listed("pods");
         assert_eq!(health.broken_for(), Duration::ZERO);
-        let text = metrics.render(None, &health);
+        let text = metrics.render().expect("the metrics encode");
         assert!(
             text.contains("valkey_operator_watch_restarts_total{watch=\"pods\"} 2"),
             "{text}"
@@ -399,7 +416,7 @@ mod tests {
 
     #[test]
     fn not_ready_before_the_api_answers_and_after_stepping_down() {
-        let health = Health::new(Metrics::new());
+        let health = Health::new();
         assert!(health.ready().is_err());
         health.api_answered();
         assert!(health.ready().is_ok());

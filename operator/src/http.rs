@@ -8,9 +8,6 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use kube::runtime::reflector::Store;
-use tokio::sync::watch;
-use valkey_core::api::Valkey;
 
 use crate::health;
 use crate::metrics::Metrics;
@@ -22,8 +19,6 @@ pub struct Health {
     /// Readiness: the API server answered and the watches work (see health.rs). Liveness
     /// (/healthz) is about the process only.
     pub health: Arc<health::Health>,
-    /// The controller's Valkey cache, once this process leads.
-    pub store: watch::Receiver<Option<Store<Valkey>>>,
 }
 
 pub async fn serve(
@@ -53,16 +48,24 @@ async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn metrics(
-    State(health): State<Health>,
-) -> ([(axum::http::HeaderName, &'static str); 1], String) {
-    let store = health.store.borrow().clone();
-    let body = health.metrics.render(store.as_ref(), &health.health);
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
+async fn metrics(State(health): State<Health>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match health.metrics.render() {
+        Ok(body) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "encoding the metrics failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding the metrics failed; see the operator's log",
+            )
+                .into_response()
+        }
+    }
 }

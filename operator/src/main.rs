@@ -103,13 +103,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(forward_signals(shutdown_tx));
-    let metrics = metrics::Metrics::new();
-    let health = health::Health::new(metrics.clone());
+    let health = health::Health::new();
     let (store_tx, store_rx) = watch::channel(None);
+    let metrics = metrics::Metrics::new(health.clone(), store_rx);
     let endpoints = http::Health {
         metrics: metrics.clone(),
         health: health.clone(),
-        store: store_rx,
     };
     let server = tokio::spawn(http::serve(
         args.http_addr,
