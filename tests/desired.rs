@@ -845,3 +845,34 @@ fn facts_never_print_the_password() {
     let printed = format!("{:?}", s.facts);
     assert!(!printed.contains(&s.facts.password), "{printed}");
 }
+
+/// A scale-down never removes the primary's pod before the role has moved: the StatefulSet keeps
+/// pods up to the primary's ordinal, and follows spec.replicas once another pod is primary.
+#[test]
+fn a_scale_down_keeps_the_primary_pod_until_the_role_has_moved() {
+    let s = named("replicated");
+    let mut valkey = s.valkey.clone();
+    valkey.spec.replicas = 1;
+    let mut facts = s.facts.clone();
+    facts.primary = Some("cache-1".into());
+    let replicas = |valkey: &Valkey, facts: &Facts| {
+        desired::statefulset(valkey, facts)
+            .expect("a StatefulSet")
+            .spec
+            .replicas
+    };
+    assert_eq!(
+        replicas(&valkey, &facts),
+        Some(2),
+        "cache-1 is kept while primary"
+    );
+    facts.primary = Some("cache-0".into());
+    assert_eq!(
+        replicas(&valkey, &facts),
+        Some(1),
+        "handed over: down to spec.replicas"
+    );
+    valkey.spec.replicas = 0;
+    facts.primary = Some("cache-1".into());
+    assert_eq!(replicas(&valkey, &facts), Some(0), "stopping keeps no pod");
+}

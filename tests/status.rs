@@ -196,7 +196,7 @@ fn an_unchanged_status_is_not_rewritten_and_keeps_its_transition_times() {
 }
 
 #[test]
-fn the_recorded_primary_stays_put_unless_its_pod_is_scaled_away() {
+fn the_recorded_primary_stays_put_until_the_operator_moves_it() {
     let mut v = valkey(&json!({"spec": {"replicas": 3}, "status": {"primary": "cache-2"}}));
     assert_eq!(
         status::recorded_primary(&v, None).as_deref(),
@@ -208,8 +208,14 @@ fn the_recorded_primary_stays_put_unless_its_pod_is_scaled_away() {
         Some("cache-1")
     );
     v.spec.replicas = 2;
+    // Scaled down below the primary: it stays recorded (its pod is kept) until the operator has
+    // handed the role over; the status alone names no pod that is going away.
     assert_eq!(
         status::recorded_primary(&v, Some("cache-2")).as_deref(),
+        Some("cache-2")
+    );
+    assert_eq!(
+        status::recorded_primary(&v, None).as_deref(),
         Some("cache-0")
     );
     v.spec.replicas = 0;

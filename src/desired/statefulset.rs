@@ -21,6 +21,23 @@ pub const CONTAINER: &str = "valkey";
 /// Name of the Valkey port on the container and the Services.
 pub const PORT_NAME: &str = "valkey";
 
+/// `spec.replicas`, except while a scale-down would remove the primary's pod: the StatefulSet
+/// keeps that pod until the operator has handed the role over to a pod that stays (a planned
+/// switchover, see `failover::decide`), so a scale-down never deletes the only pod that takes
+/// writes, nor leaves the remaining pods following a primary that is gone.
+pub fn pod_count(valkey: &Valkey, facts: &Facts) -> i32 {
+    let replicas = valkey.spec.replicas;
+    let name = valkey.metadata.name.as_deref().unwrap_or_default();
+    let primary_ordinal = facts
+        .primary
+        .as_deref()
+        .and_then(|p| crate::api::names::pod_ordinal(name, p));
+    match primary_ordinal {
+        Some(ordinal) if replicas > 0 && ordinal >= replicas => ordinal + 1,
+        _ => replicas,
+    }
+}
+
 /// The StatefulSet; the passwords only feed the config hash (they appear nowhere in the object).
 pub fn statefulset(valkey: &Valkey, facts: &Facts) -> Result<StatefulSet, BuildError> {
     let instance = Instance::new(valkey)?;
@@ -30,7 +47,7 @@ pub fn statefulset(valkey: &Valkey, facts: &Facts) -> Result<StatefulSet, BuildE
     Ok(StatefulSet {
         metadata: instance.meta(instance.names.statefulset()),
         spec: StatefulSetSpec {
-            replicas: Some(valkey.spec.replicas),
+            replicas: Some(pod_count(valkey, facts)),
             selector: instance.selector(),
             service_name: Some(instance.names.headless_service()),
             // Which pod is primary comes from the ConfigMap, not from start order, so pods need

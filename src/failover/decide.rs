@@ -6,7 +6,8 @@
 //! candidate is the answering replica with the greatest replication offset that has completed
 //! a sync; a replica that never synced, or whose dataset is empty while the old primary had
 //! data, is never promoted; ties go to the lowest ordinal. A pod the operator cannot reach is a
-//! fact to report, never a reason to act on its own.
+//! fact to report, never a reason to act on its own. A scale-down that would remove the
+//! primary's pod first hands the role over (a planned switchover) to a pod that stays.
 
 use std::time::Duration;
 
@@ -164,6 +165,8 @@ pub enum Fact {
     NoCandidate { reason: Reason },
     /// A switchover was asked for, but the primary is not healthy or the target cannot take over.
     SwitchoverRefused { why: String },
+    /// A scale-down would remove the primary's pod, and no pod that stays can take over yet.
+    HandoverPending { why: String },
 }
 
 /// What the operator does next.
@@ -190,7 +193,13 @@ pub enum Action {
 
 /// The one action the observation calls for.
 pub fn decide(obs: &Observation) -> Action {
-    if obs.replicas <= 1 {
+    let recorded_pod = obs
+        .recorded_primary
+        .as_deref()
+        .and_then(|r| obs.pods.iter().find(|p| p.name == r));
+    // A scale-down would remove the primary's pod (the StatefulSet keeps it until then).
+    let leaving = recorded_pod.is_some_and(|p| p.ordinal >= obs.replicas);
+    if obs.replicas <= 1 && !leaving {
         // A standalone instance has nobody to hand over to; the StatefulSet restarts its pod.
         return match &obs.switchover {
             Some(_) => Action::Report(Fact::SwitchoverRefused {
@@ -222,6 +231,9 @@ pub fn decide(obs: &Observation) -> Action {
             Action::Report(Fact::Waiting { reason, remaining })
         }
         Failure::Healthy => {
+            if leaving {
+                return hand_over_before_scale_down(obs, recorded);
+            }
             if let Some(target) = &obs.switchover {
                 return switchover(obs, recorded, target.to.as_deref());
             }
@@ -337,6 +349,23 @@ fn switchover(obs: &Observation, primary: &str, target: Option<&str>) -> Action 
                 ),
                 None => "no replica answers in sync".into(),
             },
+        }),
+    }
+}
+
+/// The primary's pod is beyond `spec.replicas`: a planned switchover to the best pod that stays,
+/// or, while none answers in sync, the scale-down waits.
+fn hand_over_before_scale_down(obs: &Observation, primary: &str) -> Action {
+    match candidate(obs, primary, None) {
+        Some(c) => Action::Switchover {
+            from: primary.to_owned(),
+            to: c.name.clone(),
+        },
+        None => Action::Report(Fact::HandoverPending {
+            why: format!(
+                "the scale-down to {} pods waits: the primary {primary} goes last, once a pod that stays answers as a replica in sync",
+                obs.replicas
+            ),
         }),
     }
 }

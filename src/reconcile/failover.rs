@@ -423,6 +423,12 @@ fn report(outcome: &mut Outcome, valkey: &Valkey, observation: &Observation, fac
             warn!("{note}");
             outcome.events.push((true, "SwitchoverRefused", note));
         }
+        Fact::HandoverPending { why } => {
+            // Usually a replica still syncing; pod events bring the reconcile back sooner.
+            info!("{why}");
+            outcome.fact = Some(why);
+            outcome.requeue_after = Some(Duration::from_secs(2));
+        }
     }
 }
 

@@ -334,9 +334,11 @@ pub fn recorded_primary(valkey: &Valkey, config_map_primary: Option<&str>) -> Op
     }
     let in_range = |p: &str| names::pod_ordinal(name, p).is_some_and(|o| o < valkey.spec.replicas);
     let from_status = valkey.status.as_ref().and_then(|s| s.primary.clone());
+    // The ConfigMap's primary stands even beyond spec.replicas: a scale-down keeps its pod until
+    // the role has been handed over (desired::statefulset::pod_count, failover::decide).
     config_map_primary
         .map(str::to_owned)
-        .filter(|p| in_range(p))
+        .filter(|p| names::pod_ordinal(name, p).is_some())
         .or(from_status.filter(|p| in_range(p)))
         .or_else(|| Some(ObjectNames::new(name).pod(0)))
 }

@@ -93,6 +93,12 @@ fn state_dir() -> PathBuf {
     cache_dir().join(cluster_name())
 }
 
+/// The API server's audit log: one JSON line per request of the operator's ServiceAccount (the
+/// policy is hack/cluster-manifests/audit-policy.yaml), since the cluster was created.
+pub fn audit_log_path() -> PathBuf {
+    state_dir().join("kwok/clusters/valkey-operator/logs/audit.log")
+}
+
 /// The kubeconfig `hack/cluster up` writes.
 pub fn kubeconfig_path() -> PathBuf {
     state_dir().join("kubeconfig")
