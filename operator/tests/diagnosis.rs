@@ -362,3 +362,94 @@ async fn a_volume_that_does_not_bind_is_named_until_its_class_exists() {
         .delete(&class, &kube::api::DeleteParams::default())
         .await;
 }
+
+/// `kubectl valkey report NAME`: a new directory with the Valkey, its children, events, status,
+/// each pod's log tail and INFO, and the versions; no password anywhere in it.
+#[tokio::test]
+async fn report_writes_a_support_bundle_without_any_secret_value() {
+    let mut env = Env::new("diag-report").await;
+    let _operator = env.start_leader().await;
+    let name = "rep";
+    create(&env, name, json!({"replicas": 2})).await;
+    let running = wait_running(&env, name, 2).await;
+    let primary = running
+        .status
+        .and_then(|s| s.primary)
+        .expect("a Running instance names its primary");
+    let names = valkey_core::api::names::ObjectNames::new(name);
+    let password = secret_value(&env, &names.generated_secret(), "password").await;
+    let operator_password = secret_value(&env, &names.operator_secret(), "password").await;
+
+    let dir = env.dir.join("report");
+    let run = |dir: &std::path::Path| {
+        Command::new(plugin_bin())
+            .args(["report", name, "-n", &env.ns.name, "--output-dir"])
+            .arg(dir)
+            .env("KUBECONFIG", support::cluster::kubeconfig_path())
+            .output()
+            .expect("running kubectl-valkey report")
+    };
+    let out = run(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "report failed: {stderr}");
+    assert!(stderr.contains("written to"), "{stderr}");
+    let read = |file: &str| {
+        std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e} ({stderr})"))
+    };
+    assert!(read("valkey.yaml").contains("kind: Valkey"));
+    assert!(read("statefulset.yaml").contains("kind: StatefulSet"));
+    assert!(read("services.yaml").contains(&names.read_write_service()));
+    assert!(read("secrets.yaml").contains(&names.generated_secret()));
+    assert!(
+        read("status.txt").contains("Running"),
+        "{}",
+        read("status.txt")
+    );
+    assert!(read("versions.txt").contains("Plugin version"));
+    let primary_info = read(&format!("info/{primary}.txt"));
+    assert!(primary_info.contains("role:master"), "{primary_info}");
+    assert!(
+        primary_info.contains("connected_slaves:1"),
+        "{primary_info}"
+    );
+    let replica = (0..2)
+        .map(|i| names.pod(i))
+        .find(|p| *p != primary)
+        .expect("a replica");
+    assert!(read(&format!("info/{replica}.txt")).contains("role:slave"));
+    assert!(
+        !read(&format!("logs/{primary}.log")).trim().is_empty(),
+        "the primary logged"
+    );
+    assert!(!dir.join("errors.txt").exists(), "{}", read("errors.txt"));
+
+    // No secret value in any file.
+    let mut files = vec![dir.clone()];
+    let mut checked = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path)
+                    .expect("listing")
+                    .map(|e| e.expect("entry").path()),
+            );
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("reading a report file");
+        for secret in [&password, &operator_password] {
+            assert!(
+                !text.contains(secret.as_str()),
+                "{} holds a password",
+                path.display()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 12, "only {checked} files");
+
+    // An existing directory is never written into.
+    let again = run(&dir);
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("--output-dir"), "{stderr}");
+}

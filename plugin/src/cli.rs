@@ -187,6 +187,10 @@ pub enum Command {
     #[command(after_help = FAILOVER_EXAMPLES)]
     Failover(FailoverArgs),
 
+    /// Write a support bundle of an instance to a new directory (no Secret values)
+    #[command(after_help = REPORT_EXAMPLES)]
+    Report(ReportArgs),
+
     /// Install the operator: its CRD, RBAC and Deployment (the manifests are in the plugin)
     #[command(after_help = INSTALL_EXAMPLES)]
     Install(InstallArgs),
@@ -199,6 +203,19 @@ pub enum Command {
     #[command(after_help = VERSION_EXAMPLES)]
     Version(VersionArgs),
 }
+
+const REPORT_EXAMPLES: &str = "\
+Examples:
+  # The Valkey, its objects, events, status, each pod's log tail and INFO, and the versions,
+  # in ./valkey-report-cache-<time>/ (Secrets as names and keys only, never their values)
+  kubectl valkey report cache
+
+  # Into a directory of your choice (it must not exist yet), with longer log tails
+  kubectl valkey report cache --output-dir /tmp/cache-report --log-lines 2000
+
+  # Then share it
+  tar czf cache-report.tgz -C /tmp cache-report
+";
 
 const CREATE_EXAMPLES: &str = "\
 Examples:
@@ -451,6 +468,21 @@ pub struct ListArgs {
     /// Output format
     #[arg(short, long, value_enum, default_value_t = ViewFormat::Table, value_name = "FORMAT")]
     pub output: ViewFormat,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The instance
+    pub name: String,
+
+    /// Directory to create for the report (default: valkey-report-NAME-<UTC time>); never an
+    /// existing one
+    #[arg(short = 'd', long, value_name = "DIR")]
+    pub output_dir: Option<std::path::PathBuf>,
+
+    /// Lines of each pod's log to include (and of the previous container's, after a restart)
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
+    pub log_lines: i64,
 }
 
 #[derive(Args, Debug)]

@@ -7,6 +7,7 @@ mod failover;
 mod install;
 mod list;
 mod logs;
+mod report;
 mod scale;
 mod status;
 mod version;
@@ -31,6 +32,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Scale(args) => scale::run(args, global).await,
         Command::Failover(args) => failover::run(args, global).await,
         Command::Install(args) => install::run(args, global).await,
+        Command::Report(args) => report::run(args, global).await,
         Command::Completion(args) => {
             let mut command = Cli::command();
             clap_complete::generate(

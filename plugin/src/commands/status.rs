@@ -67,7 +67,7 @@ async fn claims(session: &Session, name: &str) -> Vec<PersistentVolumeClaim> {
 /// The names events about the instance can be regarding: the instance's own name (the Valkey,
 /// its StatefulSet, PodDisruptionBudget and read-write Service share it), its pods and their
 /// volume claims.
-fn event_subjects(valkey: &Valkey, pods: &[Pod]) -> Vec<String> {
+pub(crate) fn event_subjects(valkey: &Valkey, pods: &[Pod]) -> Vec<String> {
     let instance = valkey.name_any();
     let names = ObjectNames::new(&instance);
     let ordinals = (0..valkey.spec.replicas).chain(
@@ -84,7 +84,7 @@ fn event_subjects(valkey: &Valkey, pods: &[Pod]) -> Vec<String> {
 
 /// The events regarding `subjects`, one field-selected list each (the API server filters, so a
 /// namespace with thousands of events costs no more than one with a few).
-async fn events(session: &Session, subjects: &[String]) -> Vec<Event> {
+pub(crate) async fn events(session: &Session, subjects: &[String]) -> Vec<Event> {
     let api = session.api::<Event>();
     let lists = subjects.iter().map(|name| {
         let params = ListParams::default().fields(&format!("regarding.name={name}"));

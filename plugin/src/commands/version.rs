@@ -52,6 +52,16 @@ pub async fn run(args: VersionArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     }
 }
 
+/// What `version` prints, for the support bundle of `report`.
+pub(crate) async fn text_for(session: &Session, global: &GlobalArgs) -> String {
+    let mut versions = Versions {
+        plugin: format!("v{}", env!("CARGO_PKG_VERSION")),
+        ..Versions::default()
+    };
+    cluster_versions(session, global, &mut versions).await;
+    text(&versions) + "\n"
+}
+
 fn text(versions: &Versions) -> String {
     let mut lines = vec![format!("Plugin version:     {}", versions.plugin)];
     if let Some(op) = &versions.operator {
