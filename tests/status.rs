@@ -220,3 +220,57 @@ fn the_recorded_primary_stays_put_unless_its_pod_is_scaled_away() {
         Some("cache-0")
     );
 }
+
+/// The ServiceMonitor condition: only while one is asked for; False with the reason while its
+/// API is missing, True once created; a reconcile that stopped before that step keeps what the
+/// last one said.
+#[test]
+fn the_service_monitor_condition_says_why_there_is_none() {
+    use valkey_core::status::Monitoring;
+    let spec = |monitor: bool| json!({"spec": {"replicas": 1, "metrics": {"enabled": true, "serviceMonitor": {"enabled": monitor}}}});
+    let condition = |s: &valkey_core::api::ValkeyStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == "ServiceMonitor")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let wanted = valkey(&spec(true));
+    let missing = Observed {
+        monitoring: Some(Monitoring::api_missing("cache-metrics")),
+        ..Observed::default()
+    };
+    let first = status::compute(&wanted, &missing, &now());
+    let (state, reason, message) = condition(&first).expect("a ServiceMonitor condition");
+    assert_eq!(
+        (state.as_str(), reason.as_str()),
+        ("False", "ServiceMonitorAPIMissing")
+    );
+    assert!(message.contains("monitoring.coreos.com/v1"), "{message}");
+    assert!(first.error.is_empty(), "no error: {}", first.error);
+    assert_ne!(first.status, Some(Phase::Failed));
+
+    // A reconcile that failed earlier: the last word stays.
+    let mut stored = wanted.clone();
+    stored.status = Some(first.clone());
+    let unknown = status::compute(&stored, &Observed::default(), &now());
+    assert_eq!(condition(&unknown), condition(&first));
+
+    let created = Observed {
+        monitoring: Some(Monitoring::created("cache-metrics")),
+        ..Observed::default()
+    };
+    let second = status::compute(&stored, &created, &now());
+    let (state, reason, _) = condition(&second).expect("a ServiceMonitor condition");
+    assert_eq!((state.as_str(), reason.as_str()), ("True", "Created"));
+    let mut stored = stored.clone();
+    stored.status = Some(second);
+    assert!(status::had_service_monitor(&stored));
+
+    // No longer asked for: no condition.
+    let mut off = valkey(&spec(false));
+    off.status = stored.status.clone();
+    assert_eq!(
+        condition(&status::compute(&off, &Observed::default(), &now())),
+        None
+    );
+}

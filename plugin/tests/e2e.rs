@@ -142,7 +142,10 @@ async fn create_list_status_scale_and_delete() {
         None,
     );
     let _: Valkey = serde_json::from_str(&dry_json.stdout).expect("-o json prints a Valkey");
-    assert!(!printed.spec.metrics.enabled, "metrics are off unless asked for");
+    assert!(
+        !printed.spec.metrics.enabled,
+        "metrics are off unless asked for"
+    );
     let dry_metrics = ok(
         &[
             "create",
