@@ -129,7 +129,7 @@ async fn scrape(ip: &str) -> String {
     eventually(&format!("metrics of {addr}"), TIMEOUT, || async {
         let body = http_get(addr, "/metrics").await?;
         match metric(&body, "redis_up") {
-            Some(up) if up == 1.0 => Ok(body),
+            Some(1.0) => Ok(body),
             other => Err(format!("redis_up {other:?}")),
         }
     })

@@ -229,7 +229,7 @@ impl ValkeySpec {
 }
 
 /// Prometheus metrics of the instance (`spec.metrics`).
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.serviceMonitor) || !self.serviceMonitor.enabled || self.enabled")
     .message(Message::Message("spec.metrics.serviceMonitor.enabled needs spec.metrics.enabled: true (the ServiceMonitor scrapes the exporter sidecar); set both, or neither".into())))]
@@ -258,17 +258,6 @@ pub struct MetricsSpec {
     /// condition says why there is none.
     #[serde(default)]
     pub service_monitor: ServiceMonitorSpec,
-}
-
-impl Default for MetricsSpec {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            image: None,
-            resources: MetricsResources::default(),
-            service_monitor: ServiceMonitorSpec::default(),
-        }
-    }
 }
 
 impl MetricsSpec {
