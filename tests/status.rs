@@ -274,3 +274,41 @@ fn the_service_monitor_condition_says_why_there_is_none() {
         None
     );
 }
+
+/// A pod NotReady only because its metrics sidecar is not ready still has a ready Valkey (the
+/// failover looks at this, so a crashing exporter never moves the primary); a NotReady valkey
+/// container, or a NotReady pod without another culprit, is not.
+#[test]
+fn a_failing_sidecar_leaves_the_valkey_container_ready() {
+    let pod = |valkey: bool, metrics: Option<bool>, pod_ready: bool| -> Pod {
+        let mut statuses = vec![
+            json!({"name": "valkey", "image": "", "imageID": "", "ready": valkey, "restartCount": 0}),
+        ];
+        if let Some(m) = metrics {
+            statuses.push(json!({"name": "metrics", "image": "", "imageID": "", "ready": m, "restartCount": 3}));
+        }
+        let ready = if pod_ready { "True" } else { "False" };
+        serde_json::from_value(json!({
+            "metadata": {"name": "cache-0"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready}],
+                "containerStatuses": statuses,
+            },
+        }))
+        .expect("a pod")
+    };
+    assert!(status::valkey_ready(&pod(true, Some(true), true)));
+    assert!(
+        status::valkey_ready(&pod(true, Some(false), false)),
+        "only the sidecar fails"
+    );
+    assert!(
+        !status::is_ready(&pod(true, Some(false), false)),
+        "the pod is NotReady"
+    );
+    assert!(!status::valkey_ready(&pod(false, Some(false), false)));
+    assert!(!status::valkey_ready(&pod(false, Some(true), false)));
+    // No other culprit (e.g. a test marking the pod NotReady): NotReady.
+    assert!(!status::valkey_ready(&pod(true, None, false)));
+    assert!(!status::valkey_ready(&pod(true, Some(true), false)));
+}

@@ -4,7 +4,7 @@
 pub mod pods;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::names::{self, ObjectNames};
@@ -364,6 +364,23 @@ pub fn ready_pods(pods: &[Pod]) -> i32 {
         .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
         .count();
     i32::try_from(ready).unwrap_or(i32::MAX)
+}
+
+/// Whether the pod's valkey container is ready (its authenticated PING answers), whatever the
+/// other containers (the metrics sidecar) say: the pod's Ready condition, or a ready valkey
+/// container in a pod that is NotReady only because another container is not ready.
+pub fn valkey_ready(pod: &Pod) -> bool {
+    if is_ready(pod) {
+        return true;
+    }
+    let containers = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let valkey = |c: &&ContainerStatus| c.name == crate::desired::CONTAINER;
+    containers.iter().find(valkey).is_some_and(|c| c.ready)
+        && containers.iter().any(|c| !valkey(&c) && !c.ready)
 }
 
 pub fn is_ready(pod: &Pod) -> bool {
