@@ -511,10 +511,11 @@ real_nodes_running() {
   pid_alive "$HOSTSVC_DIR/kube-proxy.pid" >/dev/null && pid_alive "$HOSTSVC_DIR/coredns.pid" >/dev/null
 }
 
-# The images every node has: pause, Valkey, and whatever `load-image` loaded into this cluster.
+# The images every node has: those `build` writes (IMAGES in hack/cluster: pause, Valkey, the
+# metrics exporter), and whatever `load-image` loaded into this cluster.
 node_images() {
-  echo "$BIN/images/pause.oci.tar"
-  echo "$BIN/images/valkey.oci.tar"
+  local i
+  for i in "${IMAGES[@]}"; do echo "$BIN/$i"; done
   [[ -d $STATE/images ]] && find "$STATE/images" -name '*.tar' | sort
   return 0
 }

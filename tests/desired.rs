@@ -9,10 +9,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use valkey_core::api::Valkey;
-use valkey_core::api::names::labels;
+use valkey_core::api::defaults;
+use valkey_core::api::names::{self, labels};
 use valkey_core::desired::{
     self, BuildError, CONFIG_HASH_ANNOTATION, Desired, Facts, PRIMARY_KEY, VALKEY_CONF_KEY,
 };
@@ -39,6 +41,10 @@ struct InputFacts {
     new_operator_password: bool,
     #[serde(default)]
     initialized: bool,
+    #[serde(default)]
+    metrics_password: String,
+    #[serde(default)]
+    new_metrics_password: bool,
 }
 
 struct Scenario {
@@ -78,6 +84,8 @@ fn scenario(dir: &Path) -> Scenario {
             operator_password: input.facts.operator_password,
             new_operator_password: input.facts.new_operator_password,
             initialized: input.facts.initialized,
+            metrics_password: input.facts.metrics_password,
+            new_metrics_password: input.facts.new_metrics_password,
         },
     }
 }
@@ -246,6 +254,27 @@ fn pod_disruption_budget_fixtures() {
     });
 }
 
+#[test]
+fn metrics_secret_fixtures() {
+    check_fixtures("metrics-secret.yaml", |v, f| {
+        Ok(desired::objects(v, f)?.metrics_secret.map(to_value))
+    });
+}
+
+#[test]
+fn metrics_service_fixtures() {
+    check_fixtures("service-metrics.yaml", |v, _| {
+        Ok(desired::metrics_service(v)?.map(to_value))
+    });
+}
+
+#[test]
+fn service_monitor_fixtures() {
+    check_fixtures("servicemonitor.yaml", |v, _| {
+        Ok(desired::service_monitor(v)?.map(to_value))
+    });
+}
+
 /// `desired` is exactly the builders, so the fixtures above cover it.
 #[test]
 fn desired_is_the_builders() {
@@ -280,6 +309,14 @@ fn desired_is_the_builders() {
             (
                 to_value(&d.pod_disruption_budget),
                 to_value(desired::pod_disruption_budget(v).unwrap()),
+            ),
+            (
+                to_value(&d.metrics_service),
+                to_value(desired::metrics_service(v).unwrap()),
+            ),
+            (
+                to_value(&d.service_monitor),
+                to_value(desired::service_monitor(v).unwrap()),
             ),
         ];
         for (from_desired, from_builder) in pairs {
@@ -396,18 +433,21 @@ fn the_primary_defaults_to_pod_zero() {
     assert_eq!(d.config_map.data.as_ref().unwrap()[PRIMARY_KEY], "cache-0");
 }
 
-/// The password may only be in the two Secrets: not in the ConfigMap, the StatefulSet (command,
-/// args, probes, env), the Services or the PDB.
+/// The passwords may only be in their Secrets: not in the ConfigMap, the StatefulSet (command,
+/// args, probes, env), the Services, the ServiceMonitor or the PDB.
 #[test]
 fn the_password_stays_in_its_secrets() {
     let password = "Zebra-0451-unmistakable-secret";
     let operator_password = "Okapi-7788-operator-secret";
+    let metrics_password = "Quokka-3141-metrics-secret";
     for s in scenarios() {
         let facts = Facts {
             password: password.into(),
             new_password: true,
             operator_password: operator_password.into(),
             new_operator_password: true,
+            metrics_password: metrics_password.into(),
+            new_metrics_password: true,
             ..s.facts.clone()
         };
         let d = desired::objects(&s.valkey, &facts).unwrap();
@@ -419,8 +459,15 @@ fn the_password_stays_in_its_secrets() {
             ("service-headless", to_value(&d.headless_service)),
             ("pdb", to_value(&d.pod_disruption_budget)),
         ];
+        let public = public
+            .into_iter()
+            .chain([
+                ("service-metrics", to_value(&d.metrics_service)),
+                ("servicemonitor", to_value(&d.service_monitor)),
+            ])
+            .collect::<Vec<_>>();
         for (what, object) in public {
-            for secret in [password, operator_password] {
+            for secret in [password, operator_password, metrics_password] {
                 assert!(
                     !object.to_string().contains(secret),
                     "{}: a password is in the {what}",
@@ -444,8 +491,19 @@ fn the_password_stays_in_its_secrets() {
                 );
             }
             for env in c.env.iter().flatten() {
+                // Literal values only for what is no secret (the exporter's address, user, port).
+                let literal = env.value.as_deref().unwrap_or_default();
+                for secret in [password, operator_password, metrics_password] {
+                    assert!(
+                        !literal.contains(secret),
+                        "{}: env {} holds a password",
+                        s.name,
+                        env.name
+                    );
+                }
                 assert!(
-                    env.value.is_none(),
+                    env.value.is_none()
+                        || !env.name.contains("PASSWORD") && !env.name.contains("AUTH"),
                     "{}: env {} has a literal value",
                     s.name,
                     env.name
@@ -875,4 +933,215 @@ fn a_scale_down_keeps_the_primary_pod_until_the_role_has_moved() {
     valkey.spec.replicas = 0;
     facts.primary = Some("cache-1".into());
     assert_eq!(replicas(&valkey, &facts), Some(0), "stopping keeps no pod");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics (spec.metrics).
+
+fn metrics_container(d: &Desired) -> Option<&Container> {
+    pod_spec(d)
+        .containers
+        .iter()
+        .find(|c| c.name == desired::METRICS_CONTAINER)
+}
+
+#[test]
+fn metrics_off_builds_no_sidecar_service_monitor_or_user() {
+    for name in ["standalone", "replicated", "full"] {
+        let s = named(name);
+        let d = desired::objects(&s.valkey, &s.facts).unwrap();
+        assert!(metrics_container(&d).is_none(), "{name}");
+        assert_eq!(pod_spec(&d).containers.len(), 1, "{name}");
+        assert!(
+            d.metrics_service.is_none() && d.service_monitor.is_none(),
+            "{name}"
+        );
+        assert!(d.metrics_secret.is_none(), "{name}");
+        assert!(
+            !auth_conf(&d.acl_secret).contains(names::METRICS_USER),
+            "{name}"
+        );
+    }
+}
+
+/// The sidecar passes the restricted Pod Security Standard on its own, gets its password from
+/// its own Secret through the environment and scrapes the pod's own server.
+#[test]
+fn the_metrics_sidecar_is_restricted_and_reads_its_password_from_its_secret() {
+    let s = named("metrics");
+    let d = desired::objects(&s.valkey, &s.facts).unwrap();
+    let c = metrics_container(&d).expect("the metrics sidecar");
+    assert_eq!(c.image.as_deref(), Some(defaults::METRICS_IMAGE));
+    let sc = c.security_context.as_ref().expect("a security context");
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_owned()])
+    );
+    assert_eq!(
+        sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    assert!(c.command.is_none() && c.args.is_none(), "no argv at all");
+    let env = |name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("env {name}"))
+    };
+    let password = env("REDIS_PASSWORD");
+    assert!(password.value.is_none());
+    let from = password
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .expect("REDIS_PASSWORD from a Secret");
+    assert_eq!(from.name, "cache-metrics-auth");
+    assert_eq!(from.key, desired::METRICS_PASSWORD_KEY);
+    assert_eq!(
+        env("REDIS_USER").value.as_deref(),
+        Some(names::METRICS_USER)
+    );
+    assert_eq!(
+        env("REDIS_ADDR").value.as_deref(),
+        Some("redis://localhost:6379")
+    );
+    let port = &c.ports.as_ref().expect("ports")[0];
+    assert_eq!(
+        (port.name.as_deref(), port.container_port),
+        (Some("metrics"), 9121)
+    );
+    let readiness = c.readiness_probe.as_ref().and_then(|p| p.http_get.as_ref());
+    assert_eq!(
+        readiness.map(|h| h.port.clone()),
+        Some(IntOrString::String("metrics".into()))
+    );
+    let requests = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .expect("requests");
+    assert_eq!(requests["cpu"].0, defaults::METRICS_CPU);
+    assert_eq!(requests["memory"].0, defaults::METRICS_MEMORY);
+    // kubectl without -c still means valkey.
+    let annotations = d.statefulset.spec.template.metadata.as_ref().unwrap();
+    assert_eq!(
+        annotations.annotations.as_ref().unwrap()["kubectl.kubernetes.io/default-container"],
+        desired::CONTAINER
+    );
+}
+
+/// The exporter's own ACL user may run exactly the statistics commands, touches no key, and
+/// cannot read the configuration (CONFIG GET would hand out masterauth).
+#[test]
+fn the_metrics_user_may_only_read_statistics() {
+    let s = named("metrics");
+    let d = desired::objects(&s.valkey, &s.facts).unwrap();
+    let conf = auth_conf(&d.acl_secret);
+    let line = conf
+        .lines()
+        .find(|l| l.starts_with(&format!("user {} ", names::METRICS_USER)))
+        .expect("the metrics user");
+    assert!(line.contains("\">fixture-metrics-password\""), "{line}");
+    assert!(line.contains(" resetkeys resetchannels -@all "), "{line}");
+    let granted: Vec<&str> = line
+        .split(' ')
+        .filter_map(|w| w.strip_prefix('+'))
+        .collect();
+    assert_eq!(granted, desired::METRICS_COMMANDS);
+    assert!(!granted.iter().any(|c| c.starts_with("config")), "{line}");
+    assert!(
+        !line.contains('~') && !line.contains('&'),
+        "no key or channel: {line}"
+    );
+    let secret = d
+        .metrics_secret
+        .expect("a new metrics password gets its Secret");
+    assert_eq!(secret.metadata.name.as_deref(), Some("cache-metrics-auth"));
+    assert_eq!(
+        secret.data.unwrap()[desired::METRICS_PASSWORD_KEY].0,
+        b"fixture-metrics-password"
+    );
+}
+
+#[test]
+fn metrics_need_a_password_for_their_user() {
+    let s = named("metrics");
+    let facts = Facts {
+        metrics_password: String::new(),
+        ..s.facts.clone()
+    };
+    assert!(matches!(
+        desired::objects(&s.valkey, &facts),
+        Err(BuildError::EmptyPassword(_))
+    ));
+}
+
+/// Turning metrics on or off changes the pod template (the pods roll once), and changes the
+/// config hash only through auth.conf's metrics user.
+#[test]
+fn turning_metrics_on_changes_the_pod_template() {
+    let s = named("metrics");
+    let on = desired::objects(&s.valkey, &s.facts).unwrap();
+    let off_valkey = with_spec(&s, |v| v.spec.metrics = Default::default());
+    let off = desired::objects(&off_valkey, &s.facts).unwrap();
+    assert_ne!(
+        to_value(&on.statefulset.spec.template),
+        to_value(&off.statefulset.spec.template)
+    );
+    assert_ne!(config_hash(&on), config_hash(&off));
+    // The interval of the ServiceMonitor is no business of the pods.
+    let slower = with_spec(&s, |v| {
+        v.spec.metrics.service_monitor.interval = "1m".into()
+    });
+    let slower = desired::objects(&slower, &s.facts).unwrap();
+    assert_eq!(to_value(&on.statefulset), to_value(&slower.statefulset));
+}
+
+/// The metrics Service selects every pod of the instance (not only the primary), and the
+/// ServiceMonitor selects the metrics Service and its port by name.
+#[test]
+fn the_service_monitor_selects_the_metrics_service() {
+    let s = named("metrics");
+    let d = desired::objects(&s.valkey, &s.facts).unwrap();
+    let service = d.metrics_service.expect("the metrics Service");
+    let spec = service.spec.as_ref().unwrap();
+    let pod_labels = d
+        .statefulset
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap();
+    let selector = spec.selector.clone().unwrap();
+    assert!(!selector.contains_key(labels::ROLE), "every pod, any role");
+    assert!(selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)));
+    assert_eq!(
+        spec.ports.as_ref().unwrap()[0].name.as_deref(),
+        Some("metrics")
+    );
+    let monitor = d.service_monitor.expect("the ServiceMonitor");
+    assert_eq!(monitor.metadata.name.as_deref(), Some("cache-metrics"));
+    let service_labels = service.metadata.labels.clone().unwrap();
+    let wanted = monitor.spec.selector.match_labels.clone().unwrap();
+    assert!(wanted.iter().all(|(k, v)| service_labels.get(k) == Some(v)));
+    // The other Services of the instance are not selected (no duplicate scrapes).
+    for other in [
+        &d.read_write_service,
+        &d.read_only_service,
+        &d.headless_service,
+    ] {
+        let labels = other.metadata.labels.clone().unwrap();
+        assert!(!wanted.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    }
+    assert_eq!(monitor.spec.endpoints[0].port.as_deref(), Some("metrics"));
+    assert_eq!(monitor.spec.endpoints[0].interval.as_deref(), Some("15s"));
+    // Without the ServiceMonitor asked for, only the Service.
+    let no_monitor = with_spec(&s, |v| v.spec.metrics.service_monitor.enabled = false);
+    let d = desired::objects(&no_monitor, &s.facts).unwrap();
+    assert!(d.metrics_service.is_some() && d.service_monitor.is_none());
 }

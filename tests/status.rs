@@ -226,3 +226,95 @@ fn the_recorded_primary_stays_put_until_the_operator_moves_it() {
         Some("cache-0")
     );
 }
+
+/// The ServiceMonitor condition: only while one is asked for; False with the reason while its
+/// API is missing, True once created; a reconcile that stopped before that step keeps what the
+/// last one said.
+#[test]
+fn the_service_monitor_condition_says_why_there_is_none() {
+    use valkey_core::status::Monitoring;
+    let spec = |monitor: bool| json!({"spec": {"replicas": 1, "metrics": {"enabled": true, "serviceMonitor": {"enabled": monitor}}}});
+    let condition = |s: &valkey_core::api::ValkeyStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == "ServiceMonitor")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let wanted = valkey(&spec(true));
+    let missing = Observed {
+        monitoring: Some(Monitoring::api_missing("cache-metrics")),
+        ..Observed::default()
+    };
+    let first = status::compute(&wanted, &missing, &now());
+    let (state, reason, message) = condition(&first).expect("a ServiceMonitor condition");
+    assert_eq!(
+        (state.as_str(), reason.as_str()),
+        ("False", "ServiceMonitorAPIMissing")
+    );
+    assert!(message.contains("monitoring.coreos.com/v1"), "{message}");
+    assert!(first.error.is_empty(), "no error: {}", first.error);
+    assert_ne!(first.status, Some(Phase::Failed));
+
+    // A reconcile that failed earlier: the last word stays.
+    let mut stored = wanted.clone();
+    stored.status = Some(first.clone());
+    let unknown = status::compute(&stored, &Observed::default(), &now());
+    assert_eq!(condition(&unknown), condition(&first));
+
+    let created = Observed {
+        monitoring: Some(Monitoring::created("cache-metrics")),
+        ..Observed::default()
+    };
+    let second = status::compute(&stored, &created, &now());
+    let (state, reason, _) = condition(&second).expect("a ServiceMonitor condition");
+    assert_eq!((state.as_str(), reason.as_str()), ("True", "Created"));
+    let mut stored = stored.clone();
+    stored.status = Some(second);
+    assert!(status::had_service_monitor(&stored));
+
+    // No longer asked for: no condition.
+    let mut off = valkey(&spec(false));
+    off.status = stored.status.clone();
+    assert_eq!(
+        condition(&status::compute(&off, &Observed::default(), &now())),
+        None
+    );
+}
+
+/// A pod NotReady only because its metrics sidecar is not ready still has a ready Valkey (the
+/// failover looks at this, so a crashing exporter never moves the primary); a NotReady valkey
+/// container, or a NotReady pod without another culprit, is not.
+#[test]
+fn a_failing_sidecar_leaves_the_valkey_container_ready() {
+    let pod = |valkey: bool, metrics: Option<bool>, pod_ready: bool| -> Pod {
+        let mut statuses = vec![
+            json!({"name": "valkey", "image": "", "imageID": "", "ready": valkey, "restartCount": 0}),
+        ];
+        if let Some(m) = metrics {
+            statuses.push(json!({"name": "metrics", "image": "", "imageID": "", "ready": m, "restartCount": 3}));
+        }
+        let ready = if pod_ready { "True" } else { "False" };
+        serde_json::from_value(json!({
+            "metadata": {"name": "cache-0"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready}],
+                "containerStatuses": statuses,
+            },
+        }))
+        .expect("a pod")
+    };
+    assert!(status::valkey_ready(&pod(true, Some(true), true)));
+    assert!(
+        status::valkey_ready(&pod(true, Some(false), false)),
+        "only the sidecar fails"
+    );
+    assert!(
+        !status::is_ready(&pod(true, Some(false), false)),
+        "the pod is NotReady"
+    );
+    assert!(!status::valkey_ready(&pod(false, Some(false), false)));
+    assert!(!status::valkey_ready(&pod(false, Some(true), false)));
+    // No other culprit (e.g. a test marking the pod NotReady): NotReady.
+    assert!(!status::valkey_ready(&pod(true, None, false)));
+    assert!(!status::valkey_ready(&pod(true, Some(true), false)));
+}

@@ -306,6 +306,8 @@ fn valkey(spec: serde_json::Value) -> Valkey {
 
 /// The operator user's password in every rendered config.
 const OPERATOR_PASSWORD: &str = "operator-pass\"word\n with # and spaces";
+/// The metrics user's password in every rendered config.
+const METRICS_PASSWORD: &str = "metrics-pass\"word";
 
 fn render(valkey: &Valkey, password: &str) -> Rendered {
     let facts = Facts {
@@ -315,6 +317,8 @@ fn render(valkey: &Valkey, password: &str) -> Rendered {
         operator_password: OPERATOR_PASSWORD.into(),
         new_operator_password: true,
         initialized: false,
+        metrics_password: METRICS_PASSWORD.into(),
+        new_metrics_password: true,
     };
     let desired = desired::objects(valkey, &facts).expect("building the objects");
     let data = desired.config_map.data.clone().unwrap_or_default();
@@ -697,6 +701,142 @@ fn the_operator_user_may_only_steer_replication() {
     assert_eq!(admin.cmd(&["GET", "k"]).text(), "v");
     // The password appears in no argv of the server.
     assert!(!server.log().contains(OPERATOR_PASSWORD));
+}
+
+/// The metrics exporter's user (spec.metrics) reads statistics and nothing else; the real
+/// redis_exporter (the cache's build, what the sidecar image runs) logged in as it, with the
+/// environment the sidecar gets, serves the Valkey's metrics without a permission error.
+#[test]
+fn the_metrics_user_may_only_read_statistics() {
+    let files = render(
+        &valkey(serde_json::json!({"replicas": 1, "metrics": {"enabled": true}})),
+        NASTY_PASSWORD,
+    );
+    let server = Server::boot(&files, LOOPBACK, &[]);
+    let mut admin = server.login("default", NASTY_PASSWORD);
+    assert_eq!(admin.cmd(&["SET", "k", "v"]), Reply::Simple("OK".into()));
+    let mut metrics = server.login("valkey-metrics", METRICS_PASSWORD);
+    assert_eq!(metrics.cmd(&["PING"]), Reply::Simple("PONG".into()));
+    assert!(metrics.info("memory", "used_memory").is_some());
+    assert_eq!(
+        metrics.cmd(&["CLIENT", "SETNAME", "redis_exporter"]),
+        Reply::Simple("OK".into())
+    );
+    for allowed in [
+        vec!["LATENCY", "LATEST"],
+        vec!["LATENCY", "HISTOGRAM"],
+        vec!["SLOWLOG", "LEN"],
+    ] {
+        let reply = metrics.cmd(&allowed);
+        assert!(!matches!(reply, Reply::Error(_)), "{allowed:?}: {reply:?}");
+    }
+    for forbidden in [
+        vec!["GET", "k"],
+        vec!["SET", "k", "x"],
+        vec!["SCAN", "0"],
+        vec!["CONFIG", "GET", "masterauth"],
+        vec!["CONFIG", "GET", "*"],
+        vec!["SLOWLOG", "GET", "1"],
+        vec!["CLIENT", "LIST"],
+        vec!["ACL", "LIST"],
+        vec!["REPLICAOF", "NO", "ONE"],
+        vec!["FLUSHALL"],
+        vec!["SUBSCRIBE", "c"],
+    ] {
+        let reply = metrics.cmd(&forbidden);
+        assert!(
+            reply.error().starts_with("NOPERM"),
+            "{forbidden:?}: {reply:?}"
+        );
+    }
+
+    // The exporter, as the sidecar runs it: everything through the environment.
+    let exporter = bin_dir().join("redis_exporter");
+    assert!(
+        exporter.is_file(),
+        "no redis_exporter in the tool dir: run `hack/cluster build`"
+    );
+    let container = desired_metrics_env(&files.desired);
+    let web = free_port();
+    let dir = TempDir::new("exporter");
+    let log = std::fs::File::create(dir.0.join("exporter.log")).unwrap();
+    let mut command = Command::new(&exporter);
+    command.env_clear();
+    for (name, value) in &container {
+        command.env(name, value);
+    }
+    let mut child = command
+        .env("REDIS_ADDR", format!("redis://127.0.0.1:{}", server.port))
+        .env("REDIS_PASSWORD", METRICS_PASSWORD)
+        .env(
+            "REDIS_EXPORTER_WEB_LISTEN_ADDRESS",
+            format!("127.0.0.1:{web}"),
+        )
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("starting redis_exporter");
+    let scraped = (|| {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            if let Some(body) = http_get(web, "/metrics").filter(|b| b.contains("redis_up")) {
+                return Some(body);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(dir.0.join("exporter.log")).unwrap_or_default();
+    let body = scraped.unwrap_or_else(|| panic!("redis_exporter served no metrics:\n{log}"));
+    assert!(body.lines().any(|l| l == "redis_up 1"), "{body}");
+    let used = metric(&body, "redis_memory_used_bytes").expect("redis_memory_used_bytes");
+    assert!(used > 0.0, "{used}");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("redis_instance_info{") && l.contains("role=\"master\"")),
+        "{body}"
+    );
+    assert!(metric(&body, "redis_connected_slaves").is_some(), "{body}");
+    assert!(!log.contains("NOPERM"), "{log}");
+    assert!(!log.contains(METRICS_PASSWORD) && !server.log().contains(METRICS_PASSWORD));
+}
+
+/// The literal environment of the metrics sidecar (its password comes from a Secret).
+fn desired_metrics_env(d: &Desired) -> Vec<(String, String)> {
+    let spec = d.statefulset.spec.template.spec.as_ref().unwrap();
+    let container = spec
+        .containers
+        .iter()
+        .find(|c| c.name == desired::METRICS_CONTAINER)
+        .expect("the metrics sidecar");
+    container
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect()
+}
+
+/// The body of `GET path` on 127.0.0.1:`port`, when it answers 200.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200")
+        .then(|| body.to_owned())
+        .or_else(|| head.starts_with("HTTP/1.1 200").then(|| body.to_owned()))
+}
+
+/// The value of an unlabelled series.
+fn metric(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {

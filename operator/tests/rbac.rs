@@ -2,7 +2,7 @@
 //! operator uses. The local API server audits every request of the operator's ServiceAccount
 //! (hack/cluster-manifests/audit-policy.yaml); this test drives one operator through a life that
 //! needs each granted permission (create, replicate, switch over, grow the volume, scale down,
-//! fail on a missing Secret, delete), then reads the audit log: a (verb, resource) the roles
+//! fail on a missing Secret, a ServiceMonitor made and removed, delete), then reads the audit log: a (verb, resource) the roles
 //! grant that no request used fails the test, and so does any request of the ServiceAccount the
 //! API server refused (403) while the test ran. (Only what was logged since the test began
 //! counts, so an experiment with the roles on a long-lived dev cluster cannot fail later runs.)
@@ -15,6 +15,8 @@ mod harness;
 #[path = "e2e/observe.rs"]
 #[allow(dead_code)]
 mod observe;
+#[path = "e2e/service_monitor_crd.rs"]
+mod service_monitor_crd;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
@@ -30,6 +32,8 @@ use valkey_core::api::names::{ObjectNames, SWITCHOVER_ANNOTATION};
 
 use harness::{Env, TIMEOUT, eventually};
 use observe::*;
+use service_monitor_crd::{CrdGuard, crd_absent, install_crd};
+use valkey_core::desired::ServiceMonitor;
 
 /// What a rule grants or a request used: (API group, resource[/subresource], verb).
 type Permission = (String, String, String);
@@ -311,12 +315,61 @@ async fn fail_repeatedly(env: &Env) {
     .await;
 }
 
+/// With the Prometheus operator's CRD installed, spec.metrics.serviceMonitor makes the operator
+/// apply a ServiceMonitor, and turning it off makes it delete it.
+async fn monitor_then_stop(env: &Env) {
+    let name = "rbac-mon";
+    let monitor = ObjectNames::new(name).service_monitor();
+    create(
+        env,
+        name,
+        json!({"replicas": 1, "metrics": {"enabled": true, "serviceMonitor": {"enabled": true}}}),
+    )
+    .await;
+    let monitors = env.api::<ServiceMonitor>();
+    eventually("the ServiceMonitor made", TIMEOUT, || async {
+        match monitors
+            .get_opt(&monitor)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(_) => Ok(()),
+            None => Err("no ServiceMonitor yet".to_owned()),
+        }
+    })
+    .await;
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"spec": {"metrics": {"enabled": false, "serviceMonitor": {"enabled": false}}}})),
+        )
+        .await
+        .expect("turning metrics off");
+    eventually("the ServiceMonitor removed", TIMEOUT, || async {
+        match monitors
+            .get_opt(&monitor)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(_) => Err("the ServiceMonitor is still there".to_owned()),
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn the_shipped_rbac_grants_exactly_what_the_operator_uses() {
+    let admin = support::cluster::admin_client().await;
+    let _crd = CrdGuard;
+    crd_absent(&admin).await;
+    install_crd(&admin).await;
     let mut env = Env::new("rbac").await;
     let logged_before = read_audit_log().len();
     let _operator = env.start_leader().await;
     fail_repeatedly(&env).await;
+    monitor_then_stop(&env).await;
     live_through_every_permission(&env).await;
 
     let granted = granted();

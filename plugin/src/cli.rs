@@ -397,6 +397,15 @@ pub struct CreateArgs {
     #[arg(long, value_name = "MEMORY", allow_hyphen_values = true)]
     pub memory: Option<String>,
 
+    /// Run the Prometheus exporter sidecar (redis_exporter, port 9121) in every pod, with the
+    /// metrics Service <NAME>-metrics
+    #[arg(long)]
+    pub metrics: bool,
+
+    /// Also create a ServiceMonitor for the Prometheus operator (where its CRD is installed)
+    #[arg(long, requires = "metrics")]
+    pub service_monitor: bool,
+
     /// A valkey.conf directive, e.g. maxmemory-policy=allkeys-lru (repeatable)
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub config: Vec<(String, String)>,

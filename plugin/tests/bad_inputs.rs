@@ -92,6 +92,7 @@ const USAGE_CASES: &[Case] = &[
     case("config without a value", Env::Unreachable, &["create", "cache", "--config", "novalue"], 2, &["expected KEY=VALUE"]),
     case("config twice", Env::Unreachable, &["create", "cache", "--config", "a=1", "--config", "a=2"], 2, &["--config a is given more than once"]),
     case("no volume with a size", Env::Unreachable, &["create", "cache", "--no-volume", "--storage", "2Gi"], 2, &["cannot be used with"]),
+    case("a ServiceMonitor without metrics", Env::Unreachable, &["create", "cache", "--service-monitor"], 2, &["--metrics"]),
     case("two password sources", Env::Unreachable, &["create", "cache", "--password-stdin", "--password-secret", "s"], 2, &["cannot be used with"]),
     case("password key without secret", Env::Unreachable, &["create", "cache", "--password-key", "k"], 2, &["--password-secret <SECRET>"]),
     Case { stdin: Some(""), ..case("empty password on stdin", Env::Unreachable, &["create", "cache", "--password-stdin"], 2, &["--password-stdin read an empty password"]) },

@@ -142,6 +142,27 @@ async fn create_list_status_scale_and_delete() {
         None,
     );
     let _: Valkey = serde_json::from_str(&dry_json.stdout).expect("-o json prints a Valkey");
+    assert!(
+        !printed.spec.metrics.enabled,
+        "metrics are off unless asked for"
+    );
+    let dry_metrics = ok(
+        &[
+            "create",
+            "cache",
+            "-n",
+            n,
+            "--metrics",
+            "--service-monitor",
+            "--dry-run=client",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let metrics: Valkey =
+        serde_json::from_str(&dry_metrics.stdout).expect("-o json prints a Valkey");
+    assert!(metrics.spec.metrics.enabled && metrics.spec.metrics.service_monitor.enabled);
     ok(&["create", "cache", "-n", n, "--dry-run=server"], None);
     assert!(
         valkeys.get_opt("cache").await.expect("get").is_none(),

@@ -18,6 +18,16 @@ pub const FAILOVER_DELAY: std::time::Duration = std::time::Duration::from_secs(3
 pub const MIN_REPLICAS_TO_WRITE: i32 = 1;
 /// ... whose acknowledgement is at most this many seconds old.
 pub const MAX_LAG_SECONDS: i32 = 10;
+/// The exporter image of the metrics sidecar (spec.metrics.image): the redis_exporter release
+/// the operator is tested with (hack/cluster builds it under this very reference).
+pub const METRICS_IMAGE: &str = "docker.io/oliver006/redis_exporter:v1.88.0";
+/// Requests of the metrics container: redis_exporter idles at a few MiB and a few millicores.
+pub const METRICS_CPU: &str = "10m";
+pub const METRICS_MEMORY: &str = "64Mi";
+/// spec.metrics.serviceMonitor.interval.
+pub const SCRAPE_INTERVAL: &str = "30s";
+/// The port the exporter serves /metrics on (redis_exporter's own default).
+pub const METRICS_PORT: i32 = 9121;
 /// Longest Valkey name: every derived object name and label value must stay valid.
 pub const MAX_NAME_LENGTH: usize = 40;
 
@@ -63,4 +73,16 @@ pub fn min_replicas_to_write() -> i32 {
 
 pub fn max_lag_seconds() -> i32 {
     MAX_LAG_SECONDS
+}
+
+pub fn metrics_cpu() -> String {
+    METRICS_CPU.to_owned()
+}
+
+pub fn metrics_memory() -> String {
+    METRICS_MEMORY.to_owned()
+}
+
+pub fn scrape_interval() -> String {
+    SCRAPE_INTERVAL.to_owned()
 }

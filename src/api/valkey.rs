@@ -70,6 +70,8 @@ pub struct ValkeySpec {
             .message(Message::Message("spec.user must be letters, digits, '.', '_' or '-' and start with a letter or digit, e.g. admin".into())),
         validation = Rule::new("self != 'valkey-operator'")
             .message(Message::Message("spec.user must not be valkey-operator: the operator logs in as that user; pick another name".into())),
+        validation = Rule::new("self != 'valkey-metrics'")
+            .message(Message::Message("spec.user must not be valkey-metrics: the metrics exporter logs in as that user; pick another name".into())),
     )]
     pub user: String,
 
@@ -114,6 +116,12 @@ pub struct ValkeySpec {
     /// would lose.
     #[serde(default)]
     pub fencing: FencingSpec,
+
+    /// Prometheus metrics of the instance: an exporter sidecar (redis_exporter) in every pod, a
+    /// metrics Service and, optionally, a ServiceMonitor. Turning metrics on or off changes the
+    /// pod template, so the pods roll once, one at a time.
+    #[serde(default)]
+    pub metrics: MetricsSpec,
 
     /// Node labels the pods must run on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +227,107 @@ impl ValkeySpec {
             .clamp(0, (self.replicas - 1).max(0))
     }
 }
+
+/// Prometheus metrics of the instance (`spec.metrics`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.serviceMonitor) || !self.serviceMonitor.enabled || self.enabled")
+    .message(Message::Message("spec.metrics.serviceMonitor.enabled needs spec.metrics.enabled: true (the ServiceMonitor scrapes the exporter sidecar); set both, or neither".into())))]
+pub struct MetricsSpec {
+    /// Run the exporter sidecar (container `metrics`, port 9121, named `metrics`) in every pod,
+    /// and the Service `<name>-metrics` in front of them. The exporter logs in as the ACL user
+    /// `valkey-metrics`, which may only read server statistics (INFO, PING, LATENCY, SLOWLOG
+    /// LEN), with a password the operator generates into the Secret `<name>-metrics-auth`.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// Container image of the exporter. Defaults to the redis_exporter release the operator is
+    /// tested with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("!self.matches('[[:space:]]')")
+        .message(Message::Message("spec.metrics.image must be an image reference without spaces, e.g. oliver006/redis_exporter:v1.88.0".into())))]
+    pub image: Option<String>,
+
+    /// Requests (and the memory limit) of the metrics container.
+    #[serde(default)]
+    pub resources: MetricsResources,
+
+    /// A ServiceMonitor (monitoring.coreos.com/v1, the Prometheus operator's) for the metrics
+    /// Service. Created only where that API is installed; otherwise the `ServiceMonitor`
+    /// condition says why there is none.
+    #[serde(default)]
+    pub service_monitor: ServiceMonitorSpec,
+}
+
+impl MetricsSpec {
+    /// The exporter's image: `spec.metrics.image`, or the default.
+    pub fn image(&self) -> &str {
+        self.image.as_deref().unwrap_or(defaults::METRICS_IMAGE)
+    }
+
+    /// Whether a ServiceMonitor is wanted (it needs the exporter too).
+    pub fn service_monitor_wanted(&self) -> bool {
+        self.enabled && self.service_monitor.enabled
+    }
+}
+
+/// Requests (and the memory limit) of the metrics container.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsResources {
+    /// CPU request, e.g. 10m.
+    #[serde(default = "defaults::metrics_cpu")]
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+        .message(Message::Message("spec.metrics.resources.cpu must be a positive quantity, e.g. 10m".into())))]
+    pub cpu: String,
+
+    /// Memory request and limit, e.g. 64Mi.
+    #[serde(default = "defaults::metrics_memory")]
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+        .message(Message::Message("spec.metrics.resources.memory must be a positive quantity, e.g. 64Mi".into())))]
+    pub memory: String,
+}
+
+impl Default for MetricsResources {
+    fn default() -> Self {
+        Self {
+            cpu: defaults::metrics_cpu(),
+            memory: defaults::metrics_memory(),
+        }
+    }
+}
+
+/// The ServiceMonitor of the metrics Service (`spec.metrics.serviceMonitor`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceMonitorSpec {
+    /// Create the ServiceMonitor `<name>-metrics`, selecting the metrics Service.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// How often Prometheus scrapes each pod, a Prometheus duration such as 30s or 1m.
+    #[serde(default = "defaults::scrape_interval")]
+    #[schemars(length(min = 2, max = 16))]
+    #[x_kube(validation = Rule::new(SCRAPE_INTERVAL_RULE)
+        .message(Message::Message("spec.metrics.serviceMonitor.interval must be a Prometheus duration such as 15s, 30s or 1m (units ms, s, m, h), at least 1s".into())))]
+    pub interval: String,
+}
+
+impl Default for ServiceMonitorSpec {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            interval: defaults::scrape_interval(),
+        }
+    }
+}
+
+/// The form of `spec.metrics.serviceMonitor.interval`: a Prometheus duration of whole hours,
+/// minutes, seconds and milliseconds, not zero and not below one second.
+pub const SCRAPE_INTERVAL_RULE: &str = "self.matches('^(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$') && self != '' && !self.matches('^([0-9]+ms|0+s|0+m|0+h)$')";
 
 /// Every object the operator derives from a Valkey is named `<name>` or `<name>-<suffix>`, and a
 /// StatefulSet adds a revision hash to its name in a label value (63 characters at most), so the

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::instance::Instance;
 use super::{BuildError, quantity};
-use crate::api::names::OPERATOR_USER;
+use crate::api::names::{METRICS_USER, OPERATOR_USER};
 use crate::api::{OPERATOR_OWNED_CONFIG_KEYS, ValkeySpec, directives};
 
 pub const PORT: i32 = 6379;
@@ -146,7 +146,12 @@ fn directive(key: &str, value: &str) -> String {
 }
 
 /// auth.conf: the ACL and the credentials replicas use towards the primary.
-pub(crate) fn auth_conf(instance: &Instance, password: &str, operator_password: &str) -> String {
+pub(crate) fn auth_conf(
+    instance: &Instance,
+    password: &str,
+    operator_password: &str,
+    metrics_password: &str,
+) -> String {
     let user = &instance.valkey.spec.user;
     let mut conf = format!(
         "# ACL of Valkey {}/{}, rendered by valkey-operator from its password Secret.\n",
@@ -164,6 +169,9 @@ pub(crate) fn auth_conf(instance: &Instance, password: &str, operator_password: 
     }
     conf.push_str(&full_rights(user));
     conf.push_str(&operator_user(operator_password));
+    if instance.valkey.spec.metrics.enabled {
+        conf.push_str(&metrics_user(metrics_password));
+    }
     // Every pod may be a replica, so each carries the credentials to sync from the primary.
     conf.push_str(&format!("masteruser {}\n", quote(user.as_bytes())));
     conf.push_str(&format!("masterauth {}\n", quote(password.as_bytes())));
@@ -196,6 +204,37 @@ fn operator_user(password: &str) -> String {
     let commands: String = OPERATOR_COMMANDS.iter().map(|c| format!(" +{c}")).collect();
     format!(
         "user {OPERATOR_USER} on {} resetkeys resetchannels -@all{commands}\n",
+        quote(format!(">{password}").as_bytes())
+    )
+}
+
+/// What the metrics exporter (spec.metrics) may run, and why; no key and no channel. The
+/// exporter has a user of its own rather than the instance's password: it needs no data, and a
+/// sidecar holding the admin password would widen who can read and write every key.
+/// - `ping`, `info`: `INFO ALL` is where nearly every metric comes from (role, replication
+///   offsets and lag, connected replicas, memory, clients, keyspace, command stats);
+/// - `client|setname`: names its connection `redis_exporter` in `CLIENT LIST`;
+/// - `latency|latest`, `latency|histogram`: the latency metrics;
+/// - `slowlog|len`: the slow log's length (not `slowlog|get`: entries carry command arguments,
+///   i.e. data).
+///
+/// Not `config|get`: `CONFIG GET *` would hand out masterauth, the instance's password. The
+/// sidecar tells the exporter to skip it (REDIS_EXPORTER_CONFIG_COMMAND=-), so the
+/// `redis_config_*` series are absent; `redis_memory_max_bytes` (from INFO) remains.
+pub const METRICS_COMMANDS: &[&str] = &[
+    "ping",
+    "info",
+    "client|setname",
+    "latency|latest",
+    "latency|histogram",
+    "slowlog|len",
+];
+
+/// The exporter's ACL user ([`METRICS_USER`]): only [`METRICS_COMMANDS`].
+fn metrics_user(password: &str) -> String {
+    let commands: String = METRICS_COMMANDS.iter().map(|c| format!(" +{c}")).collect();
+    format!(
+        "user {METRICS_USER} on {} resetkeys resetchannels -@all{commands}\n",
         quote(format!(">{password}").as_bytes())
     )
 }

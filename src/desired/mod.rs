@@ -6,6 +6,7 @@ mod conf;
 mod config_map;
 mod error;
 mod instance;
+mod metrics;
 mod password;
 mod pdb;
 mod pod;
@@ -22,16 +23,23 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 pub use conf::{
     AUTH_CONF_KEY, CONFIG_DIR, DATA_DIR, DATA_FILES, INITIALIZED_KEY, MAXMEMORY_PERCENT,
-    MIN_REPLICAS_KEY, OPERATOR_COMMANDS, PORT, PRIMARY_KEY, START_SH_KEY, VALKEY_CONF_KEY,
-    pod_host,
+    METRICS_COMMANDS, MIN_REPLICAS_KEY, OPERATOR_COMMANDS, PORT, PRIMARY_KEY, START_SH_KEY,
+    VALKEY_CONF_KEY, pod_host,
 };
 pub use config_map::config_map;
 pub use error::BuildError;
+pub use metrics::{
+    Endpoint, METRICS_COMPONENT, METRICS_CONTAINER, METRICS_PATH, METRICS_PORT_NAME, METRICS_UID,
+    NamespaceSelector, ServiceMonitor, ServiceMonitorSpec, metrics_service, service_monitor,
+};
 pub use password::{PASSWORD_BYTES, generate_password, password_from_bytes};
 pub use pdb::pod_disruption_budget;
 pub use pod::VALKEY_UID;
 pub use quantity::quantity_millis;
-pub use secret::{OPERATOR_PASSWORD_KEY, acl_secret, generated_secret, operator_secret};
+pub use secret::{
+    METRICS_PASSWORD_KEY, OPERATOR_PASSWORD_KEY, acl_secret, generated_secret, metrics_secret,
+    operator_secret,
+};
 pub use service::{headless_service, read_only_service, read_write_service};
 pub use statefulset::{CONTAINER, PORT_NAME, statefulset};
 
@@ -59,6 +67,11 @@ pub struct Facts {
     pub new_operator_password: bool,
     /// The instance has run with a primary and replicas before (see [`INITIALIZED_KEY`]).
     pub initialized: bool,
+    /// The password of the metrics exporter's ACL user: read from `<name>-metrics-auth`, or
+    /// just generated. Only used (and then required) while spec.metrics.enabled.
+    pub metrics_password: String,
+    /// The metrics password was just generated, so `<name>-metrics-auth` must be created.
+    pub new_metrics_password: bool,
 }
 
 impl fmt::Debug for Facts {
@@ -70,6 +83,8 @@ impl fmt::Debug for Facts {
             .field("operator_password", &"<redacted>")
             .field("new_operator_password", &self.new_operator_password)
             .field("initialized", &self.initialized)
+            .field("metrics_password", &"<redacted>")
+            .field("new_metrics_password", &self.new_metrics_password)
             .finish()
     }
 }
@@ -89,6 +104,14 @@ pub struct Desired {
     pub headless_service: Service,
     /// Only with more than one pod.
     pub pod_disruption_budget: Option<PodDisruptionBudget>,
+    /// `<name>-metrics-auth`, only with spec.metrics.enabled and a password just generated:
+    /// create if absent, never update (see [`metrics_secret`]).
+    pub metrics_secret: Option<Secret>,
+    /// `<name>-metrics`, only with spec.metrics.enabled; deleted otherwise.
+    pub metrics_service: Option<Service>,
+    /// `<name>-metrics`, only with spec.metrics.serviceMonitor.enabled; applied only where the
+    /// ServiceMonitor API is installed, deleted otherwise.
+    pub service_monitor: Option<ServiceMonitor>,
 }
 
 /// All objects of `valkey`.
@@ -103,9 +126,17 @@ pub fn objects(valkey: &Valkey, facts: &Facts) -> Result<Desired, BuildError> {
     } else {
         None
     };
+    let metrics_secret = if facts.new_metrics_password {
+        metrics_secret(valkey, &facts.metrics_password)?
+    } else {
+        None
+    };
     Ok(Desired {
         generated_secret,
         operator_secret,
+        metrics_secret,
+        metrics_service: metrics_service(valkey)?,
+        service_monitor: service_monitor(valkey)?,
         acl_secret: acl_secret(valkey, facts)?,
         config_map: config_map(valkey, facts)?,
         statefulset: statefulset(valkey, facts)?,
@@ -120,6 +151,15 @@ pub fn objects(valkey: &Valkey, facts: &Facts) -> Result<Desired, BuildError> {
 fn check_password(instance: &Instance, password: &str) -> Result<(), BuildError> {
     if password.is_empty() {
         return Err(BuildError::EmptyPassword(instance.name.to_owned()));
+    }
+    Ok(())
+}
+
+/// With metrics on, the exporter's user needs a password too (an empty one would let anyone in
+/// as that user).
+fn check_metrics_password(instance: &Instance, facts: &Facts) -> Result<(), BuildError> {
+    if instance.valkey.spec.metrics.enabled {
+        check_password(instance, &facts.metrics_password)?;
     }
     Ok(())
 }

@@ -19,10 +19,12 @@ use super::conf::{
 };
 use super::instance::Instance;
 use super::statefulset::{CONTAINER, PORT_NAME};
-use super::{BuildError, CONFIG_HASH_ANNOTATION, Facts};
+use super::{BuildError, CONFIG_HASH_ANNOTATION, Facts, metrics};
 use crate::api::defaults;
 use crate::api::names::{DATA_VOLUME, labels};
 
+/// Which container kubectl picks when none is named.
+const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
 /// uid and gid of the `valkey` user in the official image, which owns /data there.
 pub const VALKEY_UID: i64 = 999;
 /// Seconds between SIGTERM and SIGKILL: valkey flushes the AOF and closes clients on SIGTERM,
@@ -37,16 +39,26 @@ const POD_NAME_ENV: &str = "POD_NAME";
 pub(crate) fn template(instance: &Instance, facts: &Facts) -> Result<PodTemplateSpec, BuildError> {
     let hash = config_hash(instance, facts)?;
     let spec = &instance.valkey.spec;
+    let mut annotations = BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_owned(), hash)]);
+    let mut containers = vec![container(instance)];
+    if spec.metrics.enabled {
+        containers.push(metrics::container(instance));
+        // `kubectl logs`, `exec` and `cp` without -c mean the valkey container, as before.
+        annotations.insert(
+            DEFAULT_CONTAINER_ANNOTATION.to_owned(),
+            CONTAINER.to_owned(),
+        );
+    }
     Ok(PodTemplateSpec {
         metadata: Some(ObjectMeta {
             // No role label here: the operator sets it on each pod, and a template change
             // would roll every pod.
             labels: Some(pod_labels(instance)),
-            annotations: Some(BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_owned(), hash)])),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            containers: vec![container(instance)],
+            containers,
             volumes: Some(volumes(instance)),
             security_context: Some(pod_security_context()),
             // Valkey never talks to the API server.
@@ -66,7 +78,12 @@ fn config_hash(instance: &Instance, facts: &Facts) -> Result<String, BuildError>
     Ok(conf::config_hash(
         &conf::valkey_conf(instance)?,
         &conf::start_sh(instance),
-        &conf::auth_conf(instance, &facts.password, &facts.operator_password),
+        &conf::auth_conf(
+            instance,
+            &facts.password,
+            &facts.operator_password,
+            &facts.metrics_password,
+        ),
     ))
 }
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 use super::conf::{self, AUTH_CONF_KEY};
 use super::instance::Instance;
-use super::{BuildError, Facts, check_password};
+use super::{BuildError, Facts, check_metrics_password, check_password};
 use crate::api::{Valkey, defaults};
 
 /// `<name>-auth` holding `password`, or `None` when `spec.passwordSecret` names the user's own.
@@ -45,17 +45,46 @@ pub fn operator_secret(valkey: &Valkey, operator_password: &str) -> Result<Secre
     ))
 }
 
+/// Key of `<name>-metrics-auth` holding the metrics user's password.
+pub const METRICS_PASSWORD_KEY: &str = "password";
+
+/// `<name>-metrics-auth` holding the password of the exporter's ACL user (spec.metrics), or
+/// `None` when metrics are off. Like the generated password, the apply layer creates it only if
+/// absent and never updates it; it stays when metrics are turned off (and goes with the Valkey).
+pub fn metrics_secret(
+    valkey: &Valkey,
+    metrics_password: &str,
+) -> Result<Option<Secret>, BuildError> {
+    let instance = Instance::new(valkey)?;
+    if !valkey.spec.metrics.enabled {
+        return Ok(None);
+    }
+    check_password(&instance, metrics_password)?;
+    Ok(Some(secret(
+        &instance,
+        instance.names.metrics_secret(),
+        METRICS_PASSWORD_KEY,
+        metrics_password,
+    )))
+}
+
 /// `<name>-acl` holding `auth.conf`, which valkey.conf includes: the ACL and the replication
 /// credentials. A Secret, not the ConfigMap, because it contains the passwords.
 pub fn acl_secret(valkey: &Valkey, facts: &Facts) -> Result<Secret, BuildError> {
     let instance = Instance::new(valkey)?;
     check_password(&instance, &facts.password)?;
     check_password(&instance, &facts.operator_password)?;
+    check_metrics_password(&instance, facts)?;
     Ok(secret(
         &instance,
         instance.names.acl_secret(),
         AUTH_CONF_KEY,
-        &conf::auth_conf(&instance, &facts.password, &facts.operator_password),
+        &conf::auth_conf(
+            &instance,
+            &facts.password,
+            &facts.operator_password,
+            &facts.metrics_password,
+        ),
     ))
 }
 

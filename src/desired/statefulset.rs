@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::instance::Instance;
-use super::{BuildError, Facts, check_password, pod};
+use super::{BuildError, Facts, check_metrics_password, check_password, pod};
 use crate::api::Valkey;
 use crate::api::names::DATA_VOLUME;
 
@@ -43,6 +43,7 @@ pub fn statefulset(valkey: &Valkey, facts: &Facts) -> Result<StatefulSet, BuildE
     let instance = Instance::new(valkey)?;
     check_password(&instance, &facts.password)?;
     check_password(&instance, &facts.operator_password)?;
+    check_metrics_password(&instance, facts)?;
     let volume = &valkey.spec.volume;
     Ok(StatefulSet {
         metadata: instance.meta(instance.names.statefulset()),

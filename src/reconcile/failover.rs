@@ -692,7 +692,9 @@ async fn observe(
             .and_then(|s| s.node_name.as_ref())
             .and_then(|n| nodes.get(n).copied())
             .unwrap_or((None, false));
-        let ready = status::is_ready(pod);
+        // The valkey container's readiness, not the pod's: a failing metrics sidecar makes the
+        // pod NotReady, which is no reason to move the primary.
+        let ready = status::valkey_ready(pod);
         let (memory, replication) = match &asked {
             Some((_, _, info)) => {
                 let memory = ctx.memory.answered(namespace, &name, &uid, info);

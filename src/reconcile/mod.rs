@@ -5,6 +5,7 @@
 mod error;
 mod events;
 pub mod failover;
+mod metrics;
 mod password;
 mod volumes;
 
@@ -117,6 +118,8 @@ struct Seen {
     requeue_after: Option<Duration>,
     /// The switchover request was acted on: remove it, once the status says the outcome.
     switchover_done: bool,
+    /// What became of the ServiceMonitor (only when one is wanted).
+    monitoring: Option<status::Monitoring>,
 }
 
 /// Observes the pods and fails over when the primary failed, labels the pods with their roles,
@@ -130,6 +133,7 @@ async fn converge(
     let client = &ctx.client;
     let credentials = password::resolve(client, valkey, namespace).await?;
     let operator = password::resolve_operator(client, valkey, namespace).await?;
+    let metrics_credentials = password::resolve_metrics(client, valkey, namespace).await?;
     let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     let live_config = config_maps
         .get_opt(&ObjectNames::new(&valkey.name_any()).config_map())
@@ -191,12 +195,18 @@ async fn converge(
         operator_password: operator.password,
         new_operator_password: operator.generate,
         initialized,
+        metrics_password: metrics_credentials.password,
+        new_metrics_password: metrics_credentials.generate,
     };
     let desired = desired::objects(valkey, &facts)?;
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
-    for secret in [&desired.generated_secret, &desired.operator_secret]
-        .into_iter()
-        .flatten()
+    for secret in [
+        &desired.generated_secret,
+        &desired.operator_secret,
+        &desired.metrics_secret,
+    ]
+    .into_iter()
+    .flatten()
     {
         // The password was generated because the Secret was absent or unusable when read: one
         // there now must be read again, never disagreed with (auth.conf would carry a password
@@ -237,6 +247,39 @@ async fn converge(
             apply::apply(&services, service).await?,
         ));
     }
+    let metrics_service = ObjectNames::new(&valkey.name_any()).metrics_service();
+    let stale_metrics_service = match &desired.metrics_service {
+        Some(_) => None,
+        None => services.get_opt(&metrics_service).await?,
+    };
+    // A ServiceMonitor can exist while metrics are on, or are still being turned off (their
+    // Service not gone yet), or when the status says one was made. The ServiceMonitor goes first:
+    // if its deletion fails, the Service is still there to say so at the next attempt.
+    let may_have_monitor = desired.metrics_service.is_some()
+        || stale_metrics_service.is_some()
+        || status::had_service_monitor(valkey);
+    let (monitor_changes, monitoring) = metrics::service_monitor(
+        client,
+        valkey,
+        namespace,
+        desired.service_monitor.as_ref(),
+        may_have_monitor,
+    )
+    .await?;
+    changes.extend(monitor_changes);
+    match &desired.metrics_service {
+        Some(service) => changes.push(Change::applied(
+            "Service",
+            apply::apply(&services, service).await?,
+        )),
+        None if stale_metrics_service.is_some() => changes.push(Change::named(
+            "Service",
+            &metrics_service,
+            apply::delete_managed(&services, &metrics_service).await?,
+        )),
+        None => {}
+    }
+    seen.monitoring = monitoring;
     let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), namespace);
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
     let storage_classes = Api::<StorageClass>::all(client.clone());
@@ -409,6 +452,7 @@ async fn write_status(
         error_transient,
         claims: &claims,
         changed: !changes.is_empty() || seen.failover.is_some(),
+        monitoring: seen.monitoring.clone(),
     };
     let new = status::compute(valkey, &observed, &Time(jiff_now()));
     let phase = new.status.unwrap_or(Phase::Pending);

@@ -85,13 +85,41 @@ pub async fn resolve_operator(
     valkey: &Valkey,
     namespace: &str,
 ) -> Result<Credentials, Error> {
-    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     let name = ObjectNames::new(&valkey.name_any()).operator_secret();
+    resolve_generated(client, namespace, &name, desired::OPERATOR_PASSWORD_KEY).await
+}
+
+/// The password of the metrics exporter's ACL user, from `<name>-metrics-auth`, or a new one;
+/// none (and no read) while spec.metrics is off.
+pub async fn resolve_metrics(
+    client: &Client,
+    valkey: &Valkey,
+    namespace: &str,
+) -> Result<Credentials, Error> {
+    if !valkey.spec.metrics.enabled {
+        return Ok(Credentials {
+            password: String::new(),
+            generate: false,
+        });
+    }
+    let name = ObjectNames::new(&valkey.name_any()).metrics_secret();
+    resolve_generated(client, namespace, &name, desired::METRICS_PASSWORD_KEY).await
+}
+
+/// A password the operator generates into Secret `name` (key `key`) once: the one there, or a
+/// new one when there is none.
+async fn resolve_generated(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Credentials, Error> {
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     let password = secrets
-        .get_opt(&name)
+        .get_opt(name)
         .await?
         .and_then(|s| s.data)
-        .and_then(|d| d.get(desired::OPERATOR_PASSWORD_KEY).cloned())
+        .and_then(|d| d.get(key).cloned())
         .and_then(|b| String::from_utf8(b.0).ok())
         .filter(|p| !p.is_empty());
     Ok(match password {

@@ -4,7 +4,7 @@
 pub mod pods;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::names::{self, ObjectNames};
@@ -19,6 +19,46 @@ pub mod conditions {
     /// including errors that pass with time (the API server busy or away), which leave the
     /// phase alone.
     pub const RECONCILED: &str = "Reconciled";
+    /// Only with spec.metrics.serviceMonitor.enabled: whether the ServiceMonitor exists, or why
+    /// not (the Prometheus operator's CRD is not installed).
+    pub const SERVICE_MONITOR: &str = "ServiceMonitor";
+}
+
+/// What became of the ServiceMonitor a Valkey asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Monitoring {
+    pub created: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Monitoring {
+    pub fn created(name: &str) -> Self {
+        Self {
+            created: true,
+            reason: "Created",
+            message: format!("ServiceMonitor {name} selects the metrics Service {name}"),
+        }
+    }
+
+    pub fn api_missing(name: &str) -> Self {
+        Self {
+            created: false,
+            reason: "ServiceMonitorAPIMissing",
+            message: format!(
+                "no ServiceMonitor created: the cluster does not serve monitoring.coreos.com/v1 servicemonitors; install the Prometheus operator's CRDs (the operator creates {name} at its next reconcile), or scrape the metrics Service {name} (port metrics) another way"
+            ),
+        }
+    }
+}
+
+/// Whether the last status says a ServiceMonitor was created (so one may need deleting).
+pub fn had_service_monitor(valkey: &Valkey) -> bool {
+    valkey.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == conditions::SERVICE_MONITOR && c.status == "True")
+    })
 }
 
 /// What a reconcile saw of the instance.
@@ -46,6 +86,8 @@ pub struct Observed<'a> {
     pub claims: &'a [PersistentVolumeClaim],
     /// Whether the last reconcile changed anything in the cluster.
     pub changed: bool,
+    /// What became of the ServiceMonitor, when one is wanted and the reconcile got that far.
+    pub monitoring: Option<Monitoring>,
 }
 
 /// The status the instance should have now. `now` stamps transitions and `lastReconcileAt`.
@@ -154,6 +196,28 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
         ),
         reconciled_condition(&previous, observed, generation, now),
     ];
+    if valkey.spec.metrics.service_monitor_wanted() {
+        // A reconcile that stopped before the ServiceMonitor step keeps what the last one said.
+        let monitoring = observed.monitoring.as_ref().map(|m| {
+            condition(
+                &previous,
+                conditions::SERVICE_MONITOR,
+                m.created,
+                m.reason,
+                &m.message,
+                generation,
+                now,
+            )
+        });
+        let kept = || {
+            previous
+                .conditions
+                .iter()
+                .find(|c| c.type_ == conditions::SERVICE_MONITOR)
+                .cloned()
+        };
+        status.conditions.extend(monitoring.or_else(kept));
+    }
     if observed.changed || previous.status != status.status || previous.last_reconcile_at.is_none()
     {
         status.last_reconcile_at = Some(now.clone());
@@ -300,6 +364,23 @@ pub fn ready_pods(pods: &[Pod]) -> i32 {
         .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
         .count();
     i32::try_from(ready).unwrap_or(i32::MAX)
+}
+
+/// Whether the pod's valkey container is ready (its authenticated PING answers), whatever the
+/// other containers (the metrics sidecar) say: the pod's Ready condition, or a ready valkey
+/// container in a pod that is NotReady only because another container is not ready.
+pub fn valkey_ready(pod: &Pod) -> bool {
+    if is_ready(pod) {
+        return true;
+    }
+    let containers = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let valkey = |c: &&ContainerStatus| c.name == crate::desired::CONTAINER;
+    containers.iter().find(valkey).is_some_and(|c| c.ready)
+        && containers.iter().any(|c| !valkey(&c) && !c.ready)
 }
 
 pub fn is_ready(pod: &Pod) -> bool {

@@ -16,6 +16,8 @@
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use serde::Serialize;
 
+use crate::desired::METRICS_CONTAINER;
+
 /// What keeps a pod from running, from who is at fault's point of view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Cause {
@@ -161,7 +163,8 @@ fn container_problem(
             return Some((
                 Cause::ImagePullFailed,
                 format!(
-                    "pod {pod_name} cannot pull image {image} ({waiting_reason}){detail}; fix spec.image or the registry access"
+                    "pod {pod_name} cannot pull image {image} ({waiting_reason}){detail}; fix {} or the registry access",
+                    image_field(&container.name)
                 ),
             ));
         }
@@ -199,6 +202,14 @@ fn container_problem(
         && (crash_looping || restarts > 0 || state.is_some_and(|s| s.terminated.is_some()))
     {
         let limit = memory_limit(pod, &container.name).unwrap_or("none");
+        if container.name == METRICS_CONTAINER {
+            return Some((
+                Cause::OomKilled,
+                format!(
+                    "pod {pod_name}: the metrics exporter was killed for running out of memory (limit {limit}, from spec.metrics.resources.memory; restarted {restarts} times); raise spec.metrics.resources.memory"
+                ),
+            ));
+        }
         return Some((
             Cause::OomKilled,
             format!(
@@ -223,6 +234,15 @@ fn container_problem(
         message.push_str(&format!("; last log lines: {log}"));
     }
     Some((Cause::CrashLooping, message))
+}
+
+/// The spec field that sets a container's image: the metrics sidecar has its own.
+fn image_field(container: &str) -> &'static str {
+    if container == METRICS_CONTAINER {
+        "spec.metrics.image"
+    } else {
+        "spec.image"
+    }
 }
 
 /// The last [`LOG_LINES`] non-empty lines, joined with " | ", without a quoted auth.conf line.

@@ -360,7 +360,8 @@ fn free_port() -> SocketAddr {
 }
 
 /// A plain HTTP/1.0 GET; the body when the status is 200.
-async fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+#[allow(dead_code)] // pub for the test binaries that scrape pods (operator/tests/metrics.rs)
+pub async fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;
         stream

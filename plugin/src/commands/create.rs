@@ -163,6 +163,12 @@ fn spec_json(args: &CreateArgs) -> Result<Map<String, Value>, UsageError> {
     if !resource.is_empty() {
         spec.insert("resource".into(), Value::Object(resource));
     }
+    if args.metrics {
+        spec.insert(
+            "metrics".into(),
+            json!({"enabled": true, "serviceMonitor": {"enabled": args.service_monitor}}),
+        );
+    }
     let config = config(&args.config)?;
     if !config.is_empty() {
         spec.insert("config".into(), json!(config));
