@@ -30,9 +30,10 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## manifests: regenerate manifests/crd.yaml from the Rust types.
+## manifests: regenerate manifests/crd.yaml and the chart's copy from the Rust types.
 manifests:
 	$(CARGO) run -q -p valkey-operator -- crd > manifests/crd.yaml
+	cp manifests/crd.yaml charts/valkey-operator/crds/valkeys.database.kuberly.io.yaml
 
 ## demo: the product on the local control plane (see hack/demo); demo-down stops it all.
 demo:

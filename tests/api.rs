@@ -14,13 +14,20 @@ fn fields(v: &[Violation]) -> Vec<String> {
 
 #[test]
 fn manifests_crd_is_the_generated_crd() {
-    let committed =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/crd.yaml"))
-            .expect("manifests/crd.yaml exists");
-    assert!(
-        committed == crd_yaml().expect("CRD serializes"),
-        "manifests/crd.yaml is stale: regenerate it with `make manifests`"
-    );
+    let generated = crd_yaml().expect("CRD serializes");
+    // kubectl apply -k manifests/ and the Helm chart's crds/ install the same generated CRD.
+    for file in [
+        "manifests/crd.yaml",
+        "charts/valkey-operator/crds/valkeys.database.kuberly.io.yaml",
+    ] {
+        let committed =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(
+            committed == generated,
+            "{file} is stale: regenerate it with `make manifests`"
+        );
+    }
 }
 
 #[test]

@@ -28,7 +28,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use support::cluster::{self, TestNamespace};
+use support::commands::{describe, objects_by_key, run, stdout};
 use valkey_core::api::Valkey;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -101,36 +102,6 @@ fn tools_path() -> String {
         cluster::tools_path(),
         std::env::var("PATH").unwrap_or_default()
     )
-}
-
-fn describe(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for arg in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&arg.to_string_lossy());
-    }
-    s
-}
-
-/// Runs a command to completion and fails the test, with its output, when it fails.
-fn run(cmd: &mut Command) -> Output {
-    let what = describe(cmd);
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `{what}`: {e}"));
-    assert!(
-        out.status.success(),
-        "`{what}` failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -975,29 +946,6 @@ fn the_release_binaries_are_static_for_linux() {
         plugin.len(),
         fs::metadata(&dist.archive).unwrap().len()
     );
-}
-
-/// Every object of a multi-document YAML stream, keyed by apiVersion/kind/namespace/name.
-fn objects_by_key(yaml: &str, what: &str) -> BTreeMap<String, Value> {
-    let mut objects = BTreeMap::new();
-    for document in yaml_serde::Deserializer::from_str(yaml) {
-        let value = Value::deserialize(document).unwrap_or_else(|e| panic!("{what}: {e}"));
-        if value.is_null() {
-            continue;
-        }
-        let key = format!(
-            "{}/{}/{}/{}",
-            value["apiVersion"].as_str().unwrap_or_default(),
-            value["kind"].as_str().unwrap_or_default(),
-            value["metadata"]["namespace"].as_str().unwrap_or_default(),
-            value["metadata"]["name"].as_str().unwrap_or_default()
-        );
-        assert!(
-            objects.insert(key.clone(), value).is_none(),
-            "{what} holds {key} twice"
-        );
-    }
-    objects
 }
 
 #[test]

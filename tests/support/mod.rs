@@ -3,3 +3,4 @@
 
 pub mod cases;
 pub mod cluster;
+pub mod commands;
