@@ -59,8 +59,10 @@ pub fn cluster_name() -> &'static str {
 /// Its API server gets a fixed port (VALKEY_OPERATOR_APISERVER_PORT) from the kernel's ephemeral
 /// range: kwokctl picks the ports of new clusters counting down from 32765, so while a test has
 /// the API server stopped, a cluster created meanwhile (by anyone on the machine) could take a
-/// port kwokctl chose, but not this one. It has no real nodes (`VALKEY_OPERATOR_REAL_NODES=0`):
-/// those take machine-wide resources (subnets, bridges, routes) that the main cluster holds.
+/// port kwokctl chose, but not this one. It has no real nodes (`VALKEY_OPERATOR_REAL_NODES=0`)
+/// and another cluster index than the main cluster (`own_cluster_index`): even without real
+/// nodes a cluster routes its ranges, and its `down` removes the routes, rules and bridges of its
+/// index, which would cut the main cluster's pods off.
 pub fn use_own_cluster(name: &str) {
     let _ = CLUSTER.set(name.to_owned());
     assert_eq!(
@@ -75,6 +77,14 @@ pub fn use_own_cluster(name: &str) {
     let _ = APISERVER_PORT.set(port);
 }
 
+/// The cluster index of a cluster of its own: 3, or 2 when the main cluster is at 3.
+fn own_cluster_index() -> &'static str {
+    match std::env::var("VALKEY_OPERATOR_CLUSTER_INDEX").as_deref() {
+        Ok("3") => "2",
+        _ => "3",
+    }
+}
+
 /// `hack/cluster ARGS...` for this binary's cluster.
 pub fn hack_cluster(args: &[&str]) -> Command {
     let mut command = Command::new(repo_root().join("hack/cluster"));
@@ -84,7 +94,8 @@ pub fn hack_cluster(args: &[&str]) -> Command {
     if let Some(port) = APISERVER_PORT.get() {
         command
             .env("VALKEY_OPERATOR_APISERVER_PORT", port.to_string())
-            .env("VALKEY_OPERATOR_REAL_NODES", "0");
+            .env("VALKEY_OPERATOR_REAL_NODES", "0")
+            .env("VALKEY_OPERATOR_CLUSTER_INDEX", own_cluster_index());
     }
     command
 }
