@@ -572,7 +572,8 @@ async fn the_operator_runs_from_the_image_root_and_reconciles_a_valkey() {
                 fs::read_to_string(&log_path).unwrap_or_default()
             );
         }
-        uid_seen = uid_seen.or(process_uid(pid));
+        // The latest reading: right after the spawn, chroot may not have switched user yet.
+        uid_seen = process_uid(pid).or(uid_seen);
         let valkey = valkeys.get(&name).await.expect("reading the Valkey");
         phase = valkey.data["status"]["status"]
             .as_str()
