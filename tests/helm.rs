@@ -66,23 +66,8 @@ fn tool(name: &str) -> Command {
 /// Where this test binary keeps its files: one directory per process under target/helm-test.
 fn work_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let parent = root().join("target/helm-test");
-        if let Ok(entries) = fs::read_dir(&parent) {
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = name.strip_prefix("run-")
-                    && !Path::new(&format!("/proc/{pid}")).exists()
-                {
-                    let _ = fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        let dir = parent.join(format!("run-{}", std::process::id()));
-        fs::create_dir_all(&dir).expect("creating target/helm-test");
-        dir
-    })
-    .clone()
+    DIR.get_or_init(|| support::commands::run_dir("helm-test"))
+        .clone()
 }
 
 /// helm with its own config, cache and data dirs (nothing of the user's ~/.config/helm), and the

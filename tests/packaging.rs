@@ -71,21 +71,8 @@ fn tag() -> String {
 /// are gone are removed.
 fn work_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let parent = root().join("target/packaging-test");
-        if let Ok(entries) = fs::read_dir(&parent) {
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = name.strip_prefix("run-")
-                    && !Path::new(&format!("/proc/{pid}")).exists()
-                {
-                    let _ = fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        parent.join(format!("run-{}", std::process::id()))
-    })
-    .clone()
+    DIR.get_or_init(|| support::commands::run_dir("packaging-test"))
+        .clone()
 }
 
 fn fresh_dir(name: &str) -> PathBuf {

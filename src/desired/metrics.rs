@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe,
-    ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
-    ServiceSpec,
+    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, ResourceRequirements,
+    SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -103,21 +102,15 @@ pub(crate) fn container(instance: &Instance) -> Container {
             failure_threshold: Some(3),
             ..Probe::default()
         }),
+        // The valkey container's restrictions, as the image's own user, with seccomp set here too.
         security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                ..Capabilities::default()
-            }),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
             run_as_user: Some(METRICS_UID),
             run_as_group: Some(METRICS_UID),
             seccomp_profile: Some(SeccompProfile {
                 type_: "RuntimeDefault".to_owned(),
                 ..SeccompProfile::default()
             }),
-            ..SecurityContext::default()
+            ..super::pod::container_security_context()
         }),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()

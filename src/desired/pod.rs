@@ -272,7 +272,7 @@ fn pod_security_context() -> PodSecurityContext {
     }
 }
 
-fn container_security_context() -> SecurityContext {
+pub(super) fn container_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {

@@ -58,3 +58,22 @@ pub fn objects_by_key(yaml: &str, what: &str) -> BTreeMap<String, Value> {
     }
     objects
 }
+
+/// One directory per process of a test binary under target/<kind>/ (several runs may share the
+/// checkout), created; those of processes that are gone are removed first.
+pub fn run_dir(kind: &str) -> std::path::PathBuf {
+    let parent = super::cluster::repo_root().join("target").join(kind);
+    if let Ok(entries) = std::fs::read_dir(&parent) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("run-")
+                && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let dir = parent.join(format!("run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
