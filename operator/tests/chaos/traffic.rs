@@ -178,6 +178,14 @@ impl Attempt {
     pub fn acked(&self) -> bool {
         matches!(self.outcome, Outcome::Acked { .. })
     }
+
+    /// Whether a command of the attempt failed (its SET, or the WAIT after an accepted SET).
+    pub fn errored(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::Failed { .. } | Outcome::Unacked { error: Some(_) }
+        )
+    }
 }
 
 /// The attempts so far, shared between the client task and the test.
