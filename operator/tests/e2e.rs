@@ -93,6 +93,64 @@ async fn wait_rolled(
     .await
 }
 
+/// Follows `status.primary` of an instance until stopped: the primaries it named, in order,
+/// each once per stretch (so two entries are one move of the role).
+struct PrimaryLog {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl PrimaryLog {
+    fn start(env: &Env, name: &str) -> Self {
+        let api = env.api::<Valkey>();
+        let name = name.to_owned();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut seen: Vec<String> = Vec::new();
+            loop {
+                if let Ok(Some(v)) = api.get_opt(&name).await
+                    && let Some(primary) = v.status.and_then(|s| s.primary)
+                    && seen.last() != Some(&primary)
+                {
+                    seen.push(primary);
+                }
+                tokio::select! {
+                    _ = &mut stopped => return seen,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> Vec<String> {
+        let _ = self.stop.send(());
+        self.task.await.expect("the primary log")
+    }
+}
+
+/// A rollout of a replicated instance moved the primary role exactly once, last, by a planned
+/// switchover recorded as such.
+fn assert_moved_once_by_the_rollout(valkey: &Valkey, primaries: &[String]) {
+    assert_eq!(
+        primaries.len(),
+        2,
+        "the primary role moved once during the rollout: {primaries:?}"
+    );
+    let last = valkey
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failover.as_ref())
+        .expect("status.lastFailover");
+    assert_eq!(last.reason, "Rollout", "{last:?}");
+    assert_eq!(
+        last.from.as_deref(),
+        Some(primaries[0].as_str()),
+        "{last:?}"
+    );
+    assert_eq!(last.to, primaries[1], "{last:?}");
+}
+
 /// Scenario 1: a replicated instance (docs/examples/replicated.yaml) gets every object it needs,
 /// owned and labelled; its pods become Ready and get their roles; the status says Running; the
 /// read-write Service reaches the primary only; events tell the story; the password leaks nowhere.
@@ -261,6 +319,7 @@ async fn memory_and_config_changes_roll_the_pods() {
     let first_hash = template_hash(&sts_api.get(name).await.unwrap()).expect("a config hash");
 
     // Memory: the pods are replaced by pods with the new request and limit.
+    let primaries = PrimaryLog::start(&env, name);
     env.api::<Valkey>()
         .patch(
             name,
@@ -287,9 +346,11 @@ async fn memory_and_config_changes_roll_the_pods() {
             "{pod_name}"
         );
     }
-    wait_running(&env, name, 3).await;
+    let valkey = wait_running(&env, name, 3).await;
+    assert_moved_once_by_the_rollout(&valkey, &primaries.stop().await);
 
     // Config: the ConfigMap gets the directive, the config hash changes, the pods roll again.
+    let primaries = PrimaryLog::start(&env, name);
     env.api::<Valkey>()
         .patch(
             name,
@@ -325,7 +386,69 @@ async fn memory_and_config_changes_roll_the_pods() {
         "valkey.conf has the directive:\n{conf}"
     );
     let valkey = wait_running(&env, name, 3).await;
+    assert_moved_once_by_the_rollout(&valkey, &primaries.stop().await);
     assert_no_warnings(&env, &valkey).await;
+}
+
+/// `kubectl valkey restart`: every pod is replaced, one at a time, the replicas first; the
+/// primary role is handed over once, and the old primary's pod restarts last.
+#[tokio::test]
+async fn a_restart_through_the_plugin_restarts_every_pod_the_primary_last() {
+    let mut env = Env::new("e2e-restart").await;
+    let _operator = env.start_leader().await;
+    let name = "restart";
+    create(&env, name, json!({"replicas": 3})).await;
+    let running = wait_running(&env, name, 3).await;
+    let old_primary = running
+        .status
+        .and_then(|s| s.primary)
+        .expect("a Running instance names its primary");
+    let before = uids(&pods(&env, name).await);
+
+    let primaries = PrimaryLog::start(&env, name);
+    // Async: the primary log runs on this test's runtime meanwhile.
+    let out = tokio::process::Command::new(harness::plugin_bin())
+        .args(["restart", name, "-n", &env.ns.name, "--timeout", "5m"])
+        .env("KUBECONFIG", support::cluster::kubeconfig_path())
+        .output()
+        .await
+        .expect("running kubectl-valkey restart");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "restart failed: {stdout}{stderr}");
+    assert!(stdout.contains("restarted 3 pods"), "{stdout}");
+    let valkey = wait_running(&env, name, 3).await;
+    assert_moved_once_by_the_rollout(&valkey, &primaries.stop().await);
+
+    let after = pods(&env, name).await;
+    for (pod_name, pod) in &after {
+        assert_ne!(
+            before.get(pod_name),
+            pod.uid().as_ref(),
+            "{pod_name} was not restarted"
+        );
+    }
+    // The old primary's pod is the newest: it restarted after the role had moved.
+    let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let newest = after
+        .iter()
+        .max_by_key(|(_, p)| created(p))
+        .map(|(n, _)| n.clone());
+    assert_eq!(newest.as_deref(), Some(old_primary.as_str()), "{stderr}");
+    assert_no_warnings(&env, &valkey).await;
+
+    // An instance that does not exist: a clear error.
+    let out = std::process::Command::new(harness::plugin_bin())
+        .args(["restart", "no-such-instance", "-n", &env.ns.name])
+        .env("KUBECONFIG", support::cluster::kubeconfig_path())
+        .output()
+        .expect("running kubectl-valkey restart");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Scenario 3: scaling 3 -> 1 -> 0 -> 2 through the scale subresource (`kubectl scale`).

@@ -23,12 +23,13 @@ mod support;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::json;
 use valkey_core::api::Valkey;
-use valkey_core::api::names::{ObjectNames, SWITCHOVER_ANNOTATION};
+use valkey_core::api::names::{ObjectNames, RESTARTED_AT_ANNOTATION, SWITCHOVER_ANNOTATION};
 
 use harness::{Env, TIMEOUT, eventually};
 use observe::*;
@@ -167,7 +168,7 @@ fn merge(value: serde_json::Value) -> Patch<serde_json::Value> {
 
 /// One instance through the life that needs each permission: its children applied and watched,
 /// pods labelled, status and events written, nodes read, a switchover (the request annotation
-/// removed), a volume growth (the class read, claims patched, the StatefulSet replaced), a scale
+/// removed), a rolling restart (pods deleted one at a time), a volume growth (the class read, claims patched, the StatefulSet replaced), a scale
 /// down to one pod (the PDB deleted), and its deletion.
 async fn live_through_every_permission(env: &Env) {
     let name = "rbac";
@@ -217,6 +218,42 @@ async fn live_through_every_permission(env: &Env) {
         ))
     })
     .await;
+
+    // A rolling restart: the operator deletes each pod itself (the StatefulSet is OnDelete).
+    let at = "2026-12-01T00:00:00Z";
+    valkeys
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"metadata": {"annotations": {RESTARTED_AT_ANNOTATION: at}}})),
+        )
+        .await
+        .expect("asking for a restart");
+    let pods = env.api::<Pod>();
+    eventually("both pods restarted", TIMEOUT, || async {
+        let list = pods
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let restarted = list
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(RESTARTED_AT_ANNOTATION))
+                    .map(String::as_str)
+                    == Some(at)
+            })
+            .count();
+        (restarted == 2)
+            .then_some(())
+            .ok_or(format!("{restarted} of 2 pods restarted"))
+    })
+    .await;
+    wait_running(env, name, 2).await;
 
     valkeys
         .patch(

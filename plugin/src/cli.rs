@@ -187,6 +187,10 @@ pub enum Command {
     #[command(after_help = FAILOVER_EXAMPLES)]
     Failover(FailoverArgs),
 
+    /// Restart every pod of an instance through the operator, the primary last, and wait
+    #[command(after_help = RESTART_EXAMPLES)]
+    Restart(RestartArgs),
+
     /// Write a support bundle of an instance to a new directory (no Secret values)
     #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
@@ -203,6 +207,20 @@ pub enum Command {
     #[command(after_help = VERSION_EXAMPLES)]
     Version(VersionArgs),
 }
+
+const RESTART_EXAMPLES: &str = "\
+Examples:
+  # Restart every pod, one at a time, and wait until all run again
+  kubectl valkey restart cache
+
+  # Only ask; follow with `kubectl valkey status cache`
+  kubectl valkey restart cache --no-wait
+
+The plugin sets the annotation database.kuberly.io/restartedAt on the Valkey; the operator copies
+it onto the pod template and restarts the pods itself: the replicas first, one at a time, each
+once the previous one is Ready and in sync with the primary, then a planned switchover to an
+updated replica, then the old primary. The primary role moves once. A single-pod instance is
+unavailable while its pod restarts.";
 
 const REPORT_EXAMPLES: &str = "\
 Examples:
@@ -587,6 +605,20 @@ pub struct FailoverArgs {
 
     /// How long to wait for the operator
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "60s")]
+    pub timeout: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct RestartArgs {
+    /// The instance
+    pub name: String,
+
+    /// Ask for the restart and return, without waiting for the pods
+    #[arg(long)]
+    pub no_wait: bool,
+
+    /// How long to wait for every pod to restart
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
     pub timeout: Duration,
 }
 

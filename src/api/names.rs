@@ -19,6 +19,9 @@ pub const METRICS_USER: &str = "valkey-metrics";
 /// failover` sets): empty for the best replica, or the name of the pod to hand over to. The
 /// operator acts on it (or refuses, with a Warning event) and removes it.
 pub const SWITCHOVER_ANNOTATION: &str = "database.kuberly.io/switchover";
+/// Annotation on a Valkey (set by `kubectl valkey restart`) copied onto its pod template: a new
+/// value is a new template, so the operator restarts every pod, the primary last.
+pub const RESTARTED_AT_ANNOTATION: &str = "database.kuberly.io/restartedAt";
 
 /// Label keys.
 pub mod labels {

@@ -21,7 +21,8 @@ use super::instance::Instance;
 use super::statefulset::{CONTAINER, PORT_NAME};
 use super::{BuildError, CONFIG_HASH_ANNOTATION, Facts, metrics};
 use crate::api::defaults;
-use crate::api::names::{DATA_VOLUME, labels};
+use crate::api::names::{DATA_VOLUME, RESTARTED_AT_ANNOTATION, labels};
+use kube::ResourceExt;
 
 /// Which container kubectl picks when none is named.
 const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
@@ -40,6 +41,9 @@ pub(crate) fn template(instance: &Instance, facts: &Facts) -> Result<PodTemplate
     let hash = config_hash(instance, facts)?;
     let spec = &instance.valkey.spec;
     let mut annotations = BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_owned(), hash)]);
+    if let Some(at) = instance.valkey.annotations().get(RESTARTED_AT_ANNOTATION) {
+        annotations.insert(RESTARTED_AT_ANNOTATION.to_owned(), at.clone());
+    }
     let mut containers = vec![container(instance)];
     if spec.metrics.enabled {
         containers.push(metrics::container(instance));

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
@@ -53,8 +54,14 @@ pub fn statefulset(valkey: &Valkey, facts: &Facts) -> Result<StatefulSet, BuildE
             service_name: Some(instance.names.headless_service()),
             // Which pod is primary comes from the ConfigMap, not from start order, so pods need
             // not wait for each other; OrderedReady would also hold back every higher ordinal
-            // behind one pod that cannot become ready. Rolling updates stay one pod at a time.
+            // behind one pod that cannot become ready.
             pod_management_policy: Some("Parallel".to_owned()),
+            // The operator restarts the pods itself on a template change, replicas first and
+            // the primary last after a switchover (`rollout`), so the role moves once.
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                rolling_update: None,
+            }),
             template: pod::template(&instance, facts)?,
             volume_claim_templates: volume
                 .enabled

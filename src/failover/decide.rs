@@ -35,6 +35,10 @@ pub struct Observation {
     /// candidate).
     #[serde(default)]
     pub primary_had_data: bool,
+    /// The StatefulSet has not yet seen its newest spec, so which pods run an old pod template
+    /// is not known (see `rollout`).
+    #[serde(default)]
+    pub template_pending: bool,
 }
 
 /// A planned switchover: to the named pod, or to the best replica.
@@ -72,6 +76,10 @@ pub struct PodObservation {
     /// INFO replication, when it answered.
     #[serde(default)]
     pub replication: Option<Replication>,
+    /// Runs an older pod template than the StatefulSet's newest (a rolling update will restart
+    /// it, see `rollout`).
+    #[serde(default)]
+    pub outdated: bool,
 }
 
 /// What a pod's `INFO replication` (and `INFO keyspace`) said.
@@ -124,6 +132,8 @@ pub enum Reason {
     NotPrimary,
     /// A planned switchover was asked for.
     Switchover,
+    /// A rolling update hands the role over before it restarts the primary's pod.
+    Rollout,
     /// Recorded by an operator that stopped before it could tell (status, events): told by the
     /// next one.
     Resumed,
@@ -140,6 +150,7 @@ impl Reason {
             Reason::Unreachable => "Unreachable",
             Reason::NotPrimary => "NotPrimary",
             Reason::Switchover => "Switchover",
+            Reason::Rollout => "Rollout",
             Reason::Resumed => "Resumed",
         }
     }
@@ -313,22 +324,30 @@ fn candidate<'a>(
     primary: &str,
     only: Option<&str>,
 ) -> Option<&'a PodObservation> {
-    obs.pods
-        .iter()
-        .filter(|p| p.name != primary && only.is_none_or(|o| o == p.name))
-        .filter(|p| is_candidate(obs, p))
-        .filter(|p| {
-            only.is_none()
-                || p.replication
-                    .as_ref()
-                    .is_some_and(|r| r.role == Role::Replica)
-        })
-        .max_by(|a, b| {
-            let offset = |p: &PodObservation| p.replication.as_ref().map_or(0, |r| r.offset);
-            offset(a)
-                .cmp(&offset(b))
-                .then_with(|| b.ordinal.cmp(&a.ordinal))
-        })
+    best_candidate(
+        obs.pods
+            .iter()
+            .filter(|p| p.name != primary && only.is_none_or(|o| o == p.name))
+            .filter(|p| is_candidate(obs, p))
+            .filter(|p| {
+                only.is_none()
+                    || p.replication
+                        .as_ref()
+                        .is_some_and(|r| r.role == Role::Replica)
+            }),
+    )
+}
+
+/// Of these candidates, the one to take over: the greatest offset, then the lowest ordinal.
+pub fn best_candidate<'a>(
+    candidates: impl Iterator<Item = &'a PodObservation>,
+) -> Option<&'a PodObservation> {
+    candidates.max_by(|a, b| {
+        let offset = |p: &PodObservation| p.replication.as_ref().map_or(0, |r| r.offset);
+        offset(a)
+            .cmp(&offset(b))
+            .then_with(|| b.ordinal.cmp(&a.ordinal))
+    })
 }
 
 fn switchover(obs: &Observation, primary: &str, target: Option<&str>) -> Action {

@@ -6,6 +6,6 @@
 mod decide;
 
 pub use decide::{
-    Action, Fact, Observation, PodObservation, Reason, Replication, Role, Switchover, decide,
-    is_candidate,
+    Action, Fact, Observation, PodObservation, Reason, Replication, Role, Switchover,
+    best_candidate, decide, is_candidate,
 };

@@ -92,7 +92,7 @@ pub async fn publish(ctx: &Context, valkey: &Valkey, changes: &[Change], error: 
     }
     let relabelled: Vec<&str> = changes
         .iter()
-        .filter(|c| c.kind == "Pod")
+        .filter(|c| c.kind == "Pod" && c.outcome == Outcome::Updated)
         .map(|c| c.name.as_str())
         .collect();
     if !relabelled.is_empty() {

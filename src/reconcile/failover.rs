@@ -21,12 +21,14 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use super::rollout::Revisions;
 use super::{Context, Error, pod_gone_or_replaced};
 use crate::api::names::{self, FIELD_MANAGER, SWITCHOVER_ANNOTATION, labels, roles};
 use crate::api::{LastFailover, Valkey};
 use crate::desired::{PORT, pod_host};
 use crate::failover::{self, Action, Fact, Observation, PodObservation, Reason, Replication};
 use crate::replication::{Conn, Info, Role, Target};
+use crate::rollout::{self, Step};
 use crate::status;
 
 /// Bound on connecting to a pod and on each of its answers.
@@ -38,6 +40,9 @@ pub const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(5);
 const QUIESCE_PAUSE: Duration = Duration::from_secs(10);
 /// How long the candidate may take to catch up with a paused primary before it is promoted anyway.
 const QUIESCE_CATCH_UP: Duration = Duration::from_secs(2);
+/// How soon a rolling update looks again at a restarted replica that is Ready but not yet in
+/// sync (its catching up changes nothing the operator watches).
+const ROLLOUT_SYNC_POLL: Duration = Duration::from_secs(1);
 
 /// What the operator remembers between reconciles (and shares with its health loop): per pod,
 /// since when it has been silent, whether it ever completed a sync, how many keys it held; per
@@ -217,6 +222,9 @@ pub struct Outcome {
     pub fact: Option<String>,
     /// The switchover annotation was handled and must be removed.
     pub switchover_done: bool,
+    /// The pod the rolling update restarts next (`rollout::next_step`), once the StatefulSet
+    /// is applied.
+    pub restart: Option<String>,
     /// The primary answers as one and a replica has synced from it: from now on the instance's
     /// data lives on, and the boot guard is armed.
     replica_synced: bool,
@@ -252,11 +260,11 @@ pub async fn run(
     valkey: &Valkey,
     namespace: &str,
     pods: &[Pod],
+    revisions: &Revisions<'_>,
     recorded: &str,
     operator_password: &str,
 ) -> Result<Outcome, Error> {
     let instance = valkey.name_any();
-    let now = Instant::now();
     let mut outcome = Outcome {
         primary: recorded.to_owned(),
         ..Outcome::default()
@@ -266,9 +274,9 @@ pub async fn run(
         valkey,
         namespace,
         pods,
+        revisions,
         recorded,
         operator_password,
-        now,
     )
     .await;
     outcome.conns = conns;
@@ -288,7 +296,7 @@ pub async fn run(
     let action = failover::decide(&observation);
     debug!(valkey = %instance, ?action, "failover decision");
     match action {
-        Action::Nothing => {}
+        Action::Nothing => roll(ctx, namespace, pods, &mut outcome, &observation).await?,
         Action::Report(fact) => report(&mut outcome, valkey, &observation, fact),
         Action::Repoint { pods, primary } => {
             // A second primary (an old one back, or one promoted by an operator that died
@@ -321,7 +329,9 @@ pub async fn run(
             promote(ctx, namespace, pods, &mut outcome, from, &candidate, reason).await?;
         }
         Action::Switchover { from, to } => {
-            switchover(ctx, namespace, pods, &mut outcome, &from, &to).await?;
+            outcome.switchover_done = observation.switchover.is_some();
+            let reason = Reason::Switchover;
+            switchover(ctx, namespace, pods, &mut outcome, &from, &to, reason).await?;
         }
     }
     if outcome.failover.is_none()
@@ -543,9 +553,9 @@ async fn switchover(
     outcome: &mut Outcome,
     from: &str,
     to: &str,
+    reason: Reason,
 ) -> Result<(), Error> {
     let started = Instant::now();
-    outcome.switchover_done = true;
     let (Some((primary, _)), Some((target, target_ip))) =
         (outcome.conns.get(from), outcome.conns.get(to))
     else {
@@ -553,7 +563,12 @@ async fn switchover(
             "switchover {from} -> {to}: a pod stopped answering"
         )));
     };
-    let note = format!("planned switchover from {from} to {to}");
+    let note = match reason {
+        Reason::Rollout => format!(
+            "planned switchover from {from} to {to}: the rolling update restarts the primary's pod last"
+        ),
+        _ => format!("planned switchover from {from} to {to}"),
+    };
     info!("{note}");
     outcome.events.push((false, "FailoverStarted", note));
     // The primary names its replicas by IP, so FAILOVER TO takes the target's IP.
@@ -592,7 +607,31 @@ async fn switchover(
     if let Some(old) = pods.iter().find(|p| p.name_any() == from) {
         set_role(&pod_api, old, roles::REPLICA).await?;
     }
-    outcome.moved(Some(from.to_owned()), to, Reason::Switchover, started);
+    outcome.moved(Some(from.to_owned()), to, reason, started);
+    Ok(())
+}
+
+/// The failover decision found nothing to do: the rolling update, if one is under way, takes
+/// its next step (a restart is carried out after the StatefulSet is applied).
+async fn roll(
+    ctx: &Context,
+    namespace: &str,
+    pods: &[Pod],
+    outcome: &mut Outcome,
+    observation: &Observation,
+) -> Result<(), Error> {
+    match rollout::next_step(observation) {
+        Step::Done => {}
+        Step::Wait { why } => debug!(%why, "rolling update waits"),
+        Step::WaitForSync { pod } => {
+            debug!(%pod, "rolling update waits for the pod to catch up with the primary");
+            outcome.requeue_after = Some(ROLLOUT_SYNC_POLL);
+        }
+        Step::Restart { pod } => outcome.restart = Some(pod),
+        Step::HandOver { from, to } => {
+            switchover(ctx, namespace, pods, outcome, &from, &to, Reason::Rollout).await?;
+        }
+    }
     Ok(())
 }
 
@@ -661,10 +700,11 @@ async fn observe(
     valkey: &Valkey,
     namespace: &str,
     pods: &[Pod],
+    revisions: &Revisions<'_>,
     recorded: &str,
     operator_password: &str,
-    now: Instant,
 ) -> (Observation, HashMap<String, (Conn, String)>) {
+    let now = Instant::now();
     let instance = valkey.name_any();
     let nodes = node_facts(ctx, pods).await;
     // Terminating pods are asked too: never a candidate, but a primary being deleted may still
@@ -725,6 +765,7 @@ async fn observe(
             reachable: asked.is_some(),
             failing_for: silent_for.max(not_ready_for),
             replication: replication.map(|r| Replication { synced, ..r }),
+            outdated: revisions.outdated(pod),
         });
         if let Some((conn, ip, _)) = asked {
             conns.insert(name, (conn, ip));
@@ -752,6 +793,7 @@ async fn observe(
             pods: observed,
             switchover,
             primary_had_data,
+            template_pending: revisions.pending(),
         },
         conns,
     )

@@ -7,6 +7,7 @@ mod events;
 pub mod failover;
 mod metrics;
 mod password;
+mod rollout;
 mod volumes;
 
 use std::sync::Arc;
@@ -147,17 +148,23 @@ async fn converge(
     };
     let recorded = status::recorded_primary(valkey, live_key(PRIMARY_KEY).as_deref());
     let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), namespace);
     let mut seen = Seen::default();
     let mut outcome = None;
+    let mut listed = Vec::new();
     if let Some(recorded) = recorded.as_deref() {
         // A new instance (no ConfigMap, no operator password yet) has no pod to ask.
         if live_config.is_some() && !operator.generate {
-            let listed = instance_pods(&pods, valkey).await?;
+            listed = instance_pods(&pods, valkey).await?;
+            let live_statefulset = statefulsets
+                .get_opt(&ObjectNames::new(&valkey.name_any()).statefulset())
+                .await?;
             let o = failover::run(
                 ctx,
                 valkey,
                 namespace,
                 &listed,
+                &rollout::Revisions::of(live_statefulset.as_ref()),
                 recorded,
                 &operator.password,
             )
@@ -280,7 +287,6 @@ async fn converge(
         None => {}
     }
     seen.monitoring = monitoring;
-    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), namespace);
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
     let storage_classes = Api::<StorageClass>::all(client.clone());
     let resize = volumes::grow(
@@ -301,6 +307,18 @@ async fn converge(
             changes.push(Change::scaled(&sts.object, from, valkey.spec.replicas));
         }
         changes.push(Change::applied("StatefulSet", sts));
+    }
+    let restart = outcome.as_mut().and_then(|o| o.restart.take());
+    if let Some(pod) = restart.filter(|_| !resize.statefulset_replaced)
+        && rollout::restart(&pods, &listed, &pod).await?
+    {
+        changes.push(Change::named("Pod", &pod, Outcome::Deleted));
+        if let Some(o) = outcome.as_mut() {
+            let note = format!(
+                "restarted {pod} to run the StatefulSet's newest pod template (rolling update, the primary last)"
+            );
+            o.events.push((false, "RollingUpdate", note));
+        }
     }
 
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);

@@ -424,8 +424,9 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
             figures.events
         );
     }
-    // A planned switchover moves the primary once, and it stays moved.
-    if scenario == Scenario::Switchover {
+    // A planned switchover moves the primary once, and it stays moved; so does a rolling update
+    // (the operator restarts the primary's pod last, after handing its role over).
+    if scenario.planned() {
         let promoted = figures
             .events
             .iter()
@@ -433,7 +434,7 @@ pub async fn run(ctx: &mut Ctx<'_>, scenario: Scenario, run: usize) -> Figures {
             .count();
         assert!(
             figures.new_primary != figures.old_primary && promoted == 1,
-            "{tag}: after `kubectl valkey failover` the primary is {} (was {}), with {promoted} \
+            "{tag}: after the planned move the primary is {} (was {}), with {promoted} \
              {PRIMARY_PROMOTED} events: {:#?}",
             figures.new_primary,
             figures.old_primary,
