@@ -167,6 +167,9 @@ pub fn choose_pod<'a>(
     })
 }
 
+/// How long the output of a program that has exited may take to arrive.
+const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A TTY session: raw mode here, keys to the pod, its screen to stdout, window size kept in sync.
 async fn interactive(mut process: AttachedProcess) -> anyhow::Result<Option<Status>> {
     let mut remote_in = process.stdin().context("the exec session has no stdin")?;
@@ -184,9 +187,20 @@ async fn interactive(mut process: AttachedProcess) -> anyhow::Result<Option<Stat
         let _ = remote_in.shutdown().await;
     });
     let mut stdout = tokio::io::stdout();
-    let copied = tokio::io::copy(&mut remote_out, &mut stdout).await;
+    let (copied, status) = {
+        let copy = tokio::io::copy(&mut remote_out, &mut stdout);
+        tokio::pin!(copy, status);
+        tokio::select! {
+            copied = &mut copy => (copied, status.await),
+            // The program exited: the session ends now, whenever the stream closes. What it
+            // printed last may still be on its way.
+            status = &mut status => {
+                let rest = tokio::time::timeout(OUTPUT_DRAIN, &mut copy).await;
+                (rest.unwrap_or(Ok(0)), status)
+            }
+        }
+    };
     let _ = stdout.flush().await;
-    let status = status.await;
     drop(raw);
     input.abort();
     if let Some(task) = resize {
