@@ -100,6 +100,8 @@ const USAGE_CASES: &[Case] = &[
     case("bad dry-run mode", Env::Unreachable, &["create", "cache", "--dry-run=banana"], 2, &["invalid value 'banana'"]),
     case("scale without replicas", Env::Unreachable, &["scale", "cache"], 2, &["--replicas <N>"]),
     case("scale to 9", Env::Unreachable, &["scale", "cache", "--replicas", "9"], 2, &["spec.replicas must be between 0 and 5"]),
+    case("restart without a name", Env::Unreachable, &["restart"], 2, &["<NAME>"]),
+    case("restart with a bad timeout", Env::Unreachable, &["restart", "cache", "--timeout", "later"], 2, &["invalid duration \"later\""]),
     case("bad since", Env::Unreachable, &["logs", "cache", "--since", "5x"], 2, &["invalid duration \"5x\""]),
     case("bad tail", Env::Unreachable, &["logs", "cache", "--tail", "abc"], 2, &["invalid value 'abc'"]),
     case("bad output format", Env::Unreachable, &["status", "-o", "xml"], 2, &["invalid value 'xml'"]),
@@ -122,6 +124,8 @@ const USAGE_CASES: &[Case] = &[
 const CLUSTER_CASES: &[Case] = &[
     case("unknown instance", Env::Cluster, &["status", "nosuch"], 1, &["Valkey \"nosuch\" not found in namespace", "instances in namespace", "existing"]),
     case("scale an unknown instance", Env::Cluster, &["scale", "nosuch", "--replicas", "2"], 1, &["Valkey \"nosuch\" not found"]),
+    case("restart an unknown instance", Env::Cluster, &["restart", "nosuch"], 1, &["Valkey \"nosuch\" not found"]),
+    case("forbidden restart", Env::Cluster, &["restart", "existing", "--as", "nobody"], 1, &["is not allowed to get valkeys.database.kuberly.io \"existing\""]),
     case("delete an unknown instance", Env::Cluster, &["delete", "nosuch", "--yes"], 1, &["Valkey \"nosuch\" not found"]),
     case("cli to an unknown instance", Env::Cluster, &["cli", "nosuch", "--", "PING"], 1, &["Valkey \"nosuch\" not found"]),
     case("create an existing instance", Env::Cluster, &["create", "existing"], 1, &["Valkey \"existing\" already exists"]),
