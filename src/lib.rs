@@ -4,4 +4,5 @@ pub mod desired;
 pub mod failover;
 pub mod reconcile;
 pub mod replication;
+pub mod rotation;
 pub mod status;

@@ -15,6 +15,10 @@ pub const OPERATOR_USER: &str = "valkey-operator";
 /// statistics (the commands listed in `desired` (auth.conf)), and touch no key.
 pub const METRICS_USER: &str = "valkey-metrics";
 
+/// Annotation of the ACL Secret `<name>-acl` while a password rotation runs: when it started
+/// (RFC 3339). With the Secret's `passwords` it is the operator's record of the rotation.
+pub const ROTATION_STARTED_ANNOTATION: &str = "database.kuberly.io/password-rotation-started";
+
 /// Annotation on a Valkey asking the operator for a planned switchover (what `kubectl valkey
 /// failover` sets): empty for the best replica, or the name of the pod to hand over to. The
 /// operator acts on it (or refuses, with a Warning event) and removes it.

@@ -578,10 +578,45 @@ pub struct ValkeyStatus {
     /// When the operator last changed something for this instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reconcile_at: Option<Time>,
+    /// The instance user's password: whether the pods run with the one in the password Secret,
+    /// or are being moved to it (a live rotation, no pod restarted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_rotation: Option<PasswordRotation>,
     /// Ready, Progressing and Degraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// `status.passwordRotation`. Never a password, nor a hash of one.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordRotation {
+    /// Rotating while the pods are moved to the password Secret's new password (both the old
+    /// and the new one are accepted meanwhile); Complete when every pod accepts only the
+    /// Secret's password.
+    pub phase: RotationPhase,
+    /// The resourceVersion of the password Secret this phase is about (absent for a Secret the
+    /// operator just generated): `kubectl valkey rotate-password` waits for Complete with the
+    /// resourceVersion it wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_resource_version: Option<String>,
+    /// When the rotation in progress, or the last one, started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When the last rotation completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// What the rotation waits for, in words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The phase of `status.passwordRotation`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RotationPhase {
+    Rotating,
+    Complete,
 }
 
 /// One move of the primary role, as `status.lastFailover` records it.

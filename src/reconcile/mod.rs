@@ -7,6 +7,7 @@ mod events;
 pub mod failover;
 mod metrics;
 mod password;
+mod rotation;
 mod volumes;
 
 use std::sync::Arc;
@@ -120,6 +121,10 @@ struct Seen {
     switchover_done: bool,
     /// What became of the ServiceMonitor (only when one is wanted).
     monitoring: Option<status::Monitoring>,
+    /// The password rotation's state, when the reconcile got that far.
+    password_rotation: Option<crate::api::PasswordRotation>,
+    /// Look again after this long for the password rotation's next step.
+    rotation_requeue: Option<Duration>,
 }
 
 /// Observes the pods and fails over when the primary failed, labels the pods with their roles,
@@ -188,8 +193,36 @@ async fn converge(
     }
     let initialized = live_key(INITIALIZED_KEY).as_deref() == Some("true")
         || outcome.as_ref().is_some_and(failover::Outcome::initialized);
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let record = rotation::record(&secrets, valkey).await?;
+    let rotating = crate::rotation::plan(
+        record.as_ref(),
+        &credentials.password,
+        k8s_openapi::jiff::Timestamp::now(),
+    )
+    .rotating();
+    let rotation_pods = if rotating {
+        instance_pods(&pods, valkey).await?
+    } else {
+        Vec::new()
+    };
+    let step = rotation::run(
+        valkey,
+        record.as_ref(),
+        &credentials.password,
+        credentials.resource_version.clone(),
+        &rotation_pods,
+        primary.as_deref(),
+    )
+    .await;
+    seen.password_rotation = Some(step.status);
+    if let Some(after) = step.requeue_after {
+        seen.rotation_requeue = Some(after);
+    }
     let facts = Facts {
         primary: primary.clone(),
+        old_password: step.old_password,
+        rotation_started: step.started,
         password: credentials.password,
         new_password: credentials.generate,
         operator_password: operator.password,
@@ -199,7 +232,6 @@ async fn converge(
         new_metrics_password: metrics_credentials.generate,
     };
     let desired = desired::objects(valkey, &facts)?;
-    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     for secret in [
         &desired.generated_secret,
         &desired.operator_secret,
@@ -331,6 +363,9 @@ async fn converge(
             seen.requeue_after = Some(seen.requeue_after.map_or(soon, |r| r.min(soon)));
         }
     }
+    if let Some(after) = seen.rotation_requeue {
+        seen.requeue_after = Some(seen.requeue_after.map_or(after, |r| r.min(after)));
+    }
     Ok(seen)
 }
 
@@ -454,7 +489,13 @@ async fn write_status(
         changed: !changes.is_empty() || seen.failover.is_some(),
         monitoring: seen.monitoring.clone(),
     };
-    let new = status::compute(valkey, &observed, &Time(jiff_now()));
+    let mut new = status::compute(valkey, &observed, &Time(jiff_now()));
+    new.password_rotation = seen.password_rotation.clone().or_else(|| {
+        valkey
+            .status
+            .as_ref()
+            .and_then(|s| s.password_rotation.clone())
+    });
     let phase = new.status.unwrap_or(Phase::Pending);
     if status::differs(valkey.status.as_ref(), &new) || observed.changed {
         patch_status(client, namespace, &valkey.name_any(), &new).await?;
