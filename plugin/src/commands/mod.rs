@@ -8,6 +8,7 @@ mod install;
 mod list;
 mod logs;
 mod report;
+mod rotate;
 mod scale;
 mod status;
 mod version;
@@ -33,6 +34,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Failover(args) => failover::run(args, global).await,
         Command::Install(args) => install::run(args, global).await,
         Command::Report(args) => report::run(args, global).await,
+        Command::RotatePassword(args) => rotate::run(args, global).await,
         Command::Completion(args) => {
             let mut command = Cli::command();
             clap_complete::generate(
