@@ -203,6 +203,15 @@ fn operator_secret_fixtures() {
     });
 }
 
+/// spec.networkPolicy, with the operator in its shipped namespace. `full` has no metrics, so
+/// its metricsNamespaceSelector opens nothing; `metrics` picks clients in other namespaces.
+#[test]
+fn network_policy_fixtures() {
+    check_fixtures("network-policy.yaml", |v, _| {
+        Ok(desired::network_policy(v, "valkey-operator-system")?.map(to_value))
+    });
+}
+
 #[test]
 fn acl_secret_fixtures() {
     check_fixtures("acl-secret.yaml", |v, f| {

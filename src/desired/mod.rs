@@ -7,6 +7,7 @@ mod config_map;
 mod error;
 mod instance;
 mod metrics;
+mod network_policy;
 mod password;
 mod pdb;
 mod pod;
@@ -33,6 +34,7 @@ pub use metrics::{
     Endpoint, METRICS_COMPONENT, METRICS_CONTAINER, METRICS_PATH, METRICS_PORT_NAME, METRICS_UID,
     NamespaceSelector, ServiceMonitor, ServiceMonitorSpec, metrics_service, service_monitor,
 };
+pub use network_policy::network_policy;
 pub use password::{PASSWORD_BYTES, generate_password, password_from_bytes};
 pub use pdb::pod_disruption_budget;
 pub use pod::VALKEY_UID;

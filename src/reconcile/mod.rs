@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,6 +41,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// What the operator remembers of the pods between reconciles, shared with its health loop.
     pub memory: Arc<failover::Memory>,
+    /// The namespace the operator's pods run in: spec.networkPolicy lets them in.
+    pub operator_namespace: String,
 }
 
 /// What a reconcile did, for metrics and logs.
@@ -347,6 +350,21 @@ async fn converge(
             &pdb_name,
             apply::delete_managed(&pdbs, &pdb_name).await?,
         )),
+    }
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), namespace);
+    match desired::network_policy(valkey, &ctx.operator_namespace)? {
+        Some(policy) => changes.push(Change::applied(
+            "NetworkPolicy",
+            apply::apply(&policies, &policy).await?,
+        )),
+        None => {
+            let name = ObjectNames::new(&valkey.name_any()).network_policy();
+            changes.push(Change::named(
+                "NetworkPolicy",
+                &name,
+                apply::delete_managed(&policies, &name).await?,
+            ));
+        }
     }
     if let Some(o) = outcome {
         failover::fence(valkey, &o).await;
