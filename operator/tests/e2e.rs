@@ -652,7 +652,11 @@ async fn a_network_policy_follows_spec_network_policy() {
     );
     // Metrics off: the exporter port's rule goes with them.
     env.api::<Valkey>()
-        .patch(name, &PatchParams::default(), &merge(json!({"metrics": {"enabled": false}})))
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"metrics": {"enabled": false}})),
+        )
         .await
         .expect("turning metrics off");
     eventually("the exporter rule to go", TIMEOUT, || async {
@@ -667,7 +671,11 @@ async fn a_network_policy_follows_spec_network_policy() {
     })
     .await;
     env.api::<Valkey>()
-        .patch(name, &PatchParams::default(), &merge(json!({"networkPolicy": {"enabled": false}})))
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"networkPolicy": {"enabled": false}})),
+        )
         .await
         .expect("turning the NetworkPolicy off");
     eventually("the NetworkPolicy to go", TIMEOUT, || async {

@@ -375,10 +375,7 @@ async fn network_policy_then_stop(env: &Env) {
     let present = |want: bool| {
         let (policies, policy) = (policies.clone(), policy.clone());
         async move {
-            let live = policies
-                .get_opt(&policy)
-                .await
-                .map_err(|e| e.to_string())?;
+            let live = policies.get_opt(&policy).await.map_err(|e| e.to_string())?;
             (live.is_some() == want)
                 .then_some(())
                 .ok_or_else(|| format!("NetworkPolicy there: {}", live.is_some()))

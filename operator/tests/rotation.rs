@@ -135,7 +135,10 @@ async fn a_password_rotation_restarts_no_pod_and_keeps_replication() {
     let before = identities(&instance.pods(&env).await);
     let old_password = instance.auth.password.clone();
     let old_auth = instance.auth.clone();
-    let read_write = instance.read_write(&env).await.expect("the read-write Service");
+    let read_write = instance
+        .read_write(&env)
+        .await
+        .expect("the read-write Service");
     // kube-proxy's rules for a new Service may lag its endpoints.
     eventually(
         "the read-write Service to take connections",
@@ -222,7 +225,10 @@ async fn a_password_rotation_restarts_no_pod_and_keeps_replication() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "rotate-password failed: {text}");
-    assert!(!text.contains(&new_password), "the plugin printed the password");
+    assert!(
+        !text.contains(&new_password),
+        "the plugin printed the password"
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let new_attempts = new_writer.stop().await;
 
@@ -242,7 +248,10 @@ async fn a_password_rotation_restarts_no_pod_and_keeps_replication() {
         new_failed.first()
     );
     let acked = new_attempts.iter().filter(|a| a.acked()).count();
-    assert!(acked > 100, "only {acked} acknowledged writes with the new password");
+    assert!(
+        acked > 100,
+        "only {acked} acknowledged writes with the new password"
+    );
     let unacked = new_attempts.iter().filter(|a| !a.acked()).count()
         + old_attempts.iter().filter(|a| !a.acked()).count();
 
