@@ -27,7 +27,6 @@ mod instance;
 #[allow(dead_code)]
 mod observe;
 #[path = "../../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 #[path = "chaos/traffic.rs"]
 #[allow(dead_code)]
