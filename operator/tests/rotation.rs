@@ -5,9 +5,10 @@
 //! once the read-write Service accepts it has zero failed writes, and the one on the old
 //! password had none until then; no pod restarted (uids and restartCounts unchanged); every
 //! replica keeps `master_link_status:up`; every pod accepts the new password and refuses the
-//! old one at the end; an operator killed mid-rotation leaves it to the next one (the record is
-//! the ACL Secret); a pod deleted afterwards comes back with the new password and replicates;
-//! no password in the operator's log, events or status.
+//! old one at the end; `kubectl valkey cli` logs in on the primary and a replica; an operator
+//! killed mid-rotation leaves it to the next one (the record is the ACL Secret); a pod deleted
+//! afterwards comes back with the new password and replicates; no password in the operator's
+//! log, events or status.
 //!
 //! Ignored by plain `cargo test` (real nodes, about 3 minutes):
 //!
@@ -285,6 +286,31 @@ async fn a_password_rotation_restarts_no_pod_and_keeps_replication() {
         refused_as_wrong_password(&old_through_service),
         "the read-write Service takes the old password: {old_through_service:?}"
     );
+
+    // `kubectl valkey cli` logs in with the new password (the pod's mounted files, not the
+    // container's environment, which still holds the old one).
+    for args in [vec!["--replica"], vec![]] {
+        let bin = harness::plugin_bin();
+        let namespace = env.ns.name.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let mut command = Command::new(bin);
+            command.args(["cli", NAME, "-n", &namespace]);
+            command.args(args);
+            command
+                .args(["--", "PING"])
+                .env("KUBECONFIG", cluster::kubeconfig_path())
+                .output()
+        })
+        .await
+        .expect("joining the plugin")
+        .expect("running kubectl-valkey");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() && text.trim() == "PONG",
+            "kubectl valkey cli after the rotation: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     // A pod deleted after the rotation comes back with the new password and replicates.
     let replica = after
