@@ -5,4 +5,5 @@ pub mod failover;
 pub mod reconcile;
 pub mod replication;
 pub mod rollout;
+pub mod rotation;
 pub mod status;

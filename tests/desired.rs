@@ -45,6 +45,10 @@ struct InputFacts {
     metrics_password: String,
     #[serde(default)]
     new_metrics_password: bool,
+    #[serde(default)]
+    old_password: Option<String>,
+    #[serde(default)]
+    rotation_started: Option<String>,
 }
 
 struct Scenario {
@@ -79,6 +83,8 @@ fn scenario(dir: &Path) -> Scenario {
         valkey: input.valkey,
         facts: Facts {
             primary: input.facts.primary,
+            old_password: input.facts.old_password,
+            rotation_started: input.facts.rotation_started,
             password: input.facts.password,
             new_password: input.facts.new_password,
             operator_password: input.facts.operator_password,
@@ -194,6 +200,15 @@ fn generated_secret_fixtures() {
 fn operator_secret_fixtures() {
     check_fixtures("operator-secret.yaml", |v, f| {
         Ok(desired::objects(v, f)?.operator_secret.map(to_value))
+    });
+}
+
+/// spec.networkPolicy, with the operator in its shipped namespace. `full` has no metrics, so
+/// its metricsNamespaceSelector opens nothing; `metrics` picks clients in other namespaces.
+#[test]
+fn network_policy_fixtures() {
+    check_fixtures("network-policy.yaml", |v, _| {
+        Ok(desired::network_policy(v, "valkey-operator-system")?.map(to_value))
     });
 }
 
@@ -395,18 +410,76 @@ fn a_config_change_changes_the_hash() {
     );
 }
 
+/// The instance user's password is rotated live: a new one (or a rotation in progress) leaves
+/// the pod template alone, so no pod rolls; the operator's password still rolls them.
 #[test]
-fn a_password_change_changes_the_hash() {
+fn a_password_change_rolls_no_pod() {
     let s = named("standalone");
-    let before = config_hash(&desired::objects(&s.valkey, &s.facts).unwrap());
-    let facts = Facts {
-        password: "another-password".into(),
+    let before = desired::objects(&s.valkey, &s.facts).unwrap();
+    for facts in [
+        Facts {
+            password: "another-password".into(),
+            ..s.facts.clone()
+        },
+        Facts {
+            password: "another-password".into(),
+            old_password: Some(s.facts.password.clone()),
+            rotation_started: Some("2026-12-01T10:00:00Z".into()),
+            ..s.facts.clone()
+        },
+    ] {
+        let after = desired::objects(&s.valkey, &facts).unwrap();
+        assert_eq!(to_value(&before.statefulset), to_value(&after.statefulset));
+        assert_ne!(
+            auth_conf(&before.acl_secret),
+            auth_conf(&after.acl_secret),
+            "auth.conf, read by pods that start later, has the new password"
+        );
+    }
+    let operator = Facts {
+        operator_password: "another-operator-password".into(),
         ..s.facts.clone()
     };
     assert_ne!(
-        before,
-        config_hash(&desired::objects(&s.valkey, &facts).unwrap())
+        config_hash(&before),
+        config_hash(&desired::objects(&s.valkey, &operator).unwrap())
     );
+}
+
+/// While a rotation runs, the user holds both passwords, replication logs in with the old one
+/// (which every pod accepts until the end), the `password` and `old-password` files hold them,
+/// and the ACL Secret records the start.
+#[test]
+fn a_rotation_in_progress_keeps_both_passwords() {
+    let s = named("replicated");
+    let facts = Facts {
+        password: "new-pw".into(),
+        old_password: Some("old-pw".into()),
+        rotation_started: Some("2026-12-01T10:00:00Z".into()),
+        ..s.facts.clone()
+    };
+    let d = desired::objects(&s.valkey, &facts).unwrap();
+    let conf = auth_conf(&d.acl_secret);
+    let user = &s.valkey.spec.user;
+    assert!(
+        conf.contains(&format!(
+            r#"user {user} on ">old-pw" ">new-pw" ~* &* +@all"#
+        )),
+        "{conf}"
+    );
+    assert!(conf.contains("masterauth \"old-pw\"\n"), "{conf}");
+    let data = d.acl_secret.data.as_ref().unwrap();
+    assert_eq!(data[desired::PASSWORD_KEY].0, b"new-pw");
+    assert_eq!(data[desired::OLD_PASSWORD_KEY].0, b"old-pw");
+    assert_eq!(
+        d.acl_secret.metadata.annotations.as_ref().unwrap()[names::ROTATION_STARTED_ANNOTATION],
+        "2026-12-01T10:00:00Z"
+    );
+    let steady = desired::objects(&s.valkey, &s.facts).unwrap();
+    assert!(steady.acl_secret.metadata.annotations.is_none());
+    let data = steady.acl_secret.data.as_ref().unwrap();
+    assert_eq!(data[desired::PASSWORD_KEY].0, s.facts.password.as_bytes());
+    assert!(data[desired::OLD_PASSWORD_KEY].0.is_empty());
 }
 
 #[test]

@@ -312,6 +312,8 @@ const METRICS_PASSWORD: &str = "metrics-pass\"word";
 fn render(valkey: &Valkey, password: &str) -> Rendered {
     let facts = Facts {
         primary: None,
+        old_password: None,
+        rotation_started: None,
         password: password.into(),
         new_password: true,
         operator_password: OPERATOR_PASSWORD.into(),
@@ -495,11 +497,24 @@ fn outbound_ip() -> Option<IpAddr> {
 }
 
 /// The StatefulSet's probes, run as the kubelet would (argv as built, password from the env).
+/// The probes log in through cli.sh with the password file the ACL Secret projects (which
+/// follows a rotation, unlike the environment), falling back to the old-password file while the
+/// server does not accept the new one yet; a wrong password fails readiness.
 #[test]
-fn the_probes_authenticate_through_the_environment() {
-    let password = "probe password with \"quotes\" and \\ and #";
+fn the_probes_authenticate_through_their_password_files() {
+    let password = "probe password with \"quotes\" and \\ and # and $(date)";
     let files = render(&valkey(serde_json::json!({"user": "admin"})), password);
     let server = Server::boot(&files, LOOPBACK, &[]);
+    let etc = TempDir::new("probe-etc");
+    let conf_dir = etc.0.display().to_string();
+    let cli_sh = files.desired.config_map.data.as_ref().unwrap()[desired::CLI_SH_KEY]
+        .replace(CONFIG_DIR, &conf_dir);
+    std::fs::write(etc.0.join(desired::CLI_SH_KEY), cli_sh).unwrap();
+    std::fs::create_dir_all(etc.0.join("auth")).unwrap();
+    let files_with = |new: &str, old: &str| {
+        std::fs::write(etc.0.join(desired::PASSWORD_PATH), new).unwrap();
+        std::fs::write(etc.0.join(desired::OLD_PASSWORD_PATH), old).unwrap();
+    };
     let container = &files
         .desired
         .statefulset
@@ -514,31 +529,92 @@ fn the_probes_authenticate_through_the_environment() {
         ("liveness", container.liveness_probe.as_ref()),
     ];
     for (name, probe) in probes {
-        let argv = probe
+        let argv: Vec<String> = probe
             .and_then(|p| p.exec.as_ref())
             .and_then(|e| e.command.clone())
-            .unwrap_or_else(|| panic!("{name} probe is an exec"));
-        let run = |auth: &str| probe_status(&argv, auth, server.port);
+            .unwrap_or_else(|| panic!("{name} probe is an exec"))
+            .into_iter()
+            .map(|a| a.replace(CONFIG_DIR, &conf_dir))
+            .collect();
+        // The environment holds a stale password: the files win.
+        let run = || probe_status(&argv, "stale-environment-password", server.port);
+        files_with(password, "");
+        assert!(run().status.success(), "{name}: {:?}", run());
+        files_with("not-on-this-server-yet", password);
         assert!(
-            run(password).status.success(),
-            "{name}: {:?}",
-            run(password)
+            run().status.success(),
+            "{name} during a rotation: {:?}",
+            run()
         );
         if name == "readiness" {
-            assert!(
-                !run("wrong").status.success(),
-                "{name} passes a wrong password"
-            );
+            files_with("wrong", "");
+            assert!(!run().status.success(), "{name} passes a wrong password");
+            files_with("wrong", "also-wrong");
+            assert!(!run().status.success(), "{name} passes wrong passwords");
         }
     }
+    files_with(password, "");
     let liveness = container.liveness_probe.as_ref().unwrap();
-    let argv = liveness.exec.as_ref().unwrap().command.clone().unwrap();
+    let argv: Vec<String> = liveness
+        .exec
+        .as_ref()
+        .unwrap()
+        .command
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|a| a.replace(CONFIG_DIR, &conf_dir))
+        .collect();
     let port = server.port;
     drop(server);
     let dead = probe_status(&argv, password, port);
     assert!(
         !dead.status.success(),
         "liveness passes without a server: {dead:?}"
+    );
+}
+
+/// auth.conf of a rotation in progress boots: the user accepts the old and the new password, and
+/// replicas log in to their primary with the old one (which every pod accepts until the end).
+#[test]
+fn a_rotation_in_progress_accepts_both_passwords() {
+    let valkey = valkey(serde_json::json!({"user": "admin", "replicas": 2}));
+    let facts = Facts {
+        primary: None,
+        old_password: Some(NASTY_PASSWORD.into()),
+        rotation_started: Some("2026-12-01T10:00:00Z".into()),
+        password: "the new one".into(),
+        new_password: true,
+        operator_password: OPERATOR_PASSWORD.into(),
+        new_operator_password: true,
+        initialized: false,
+        metrics_password: METRICS_PASSWORD.into(),
+        new_metrics_password: true,
+    };
+    let desired = desired::objects(&valkey, &facts).expect("building the objects");
+    let data = desired.config_map.data.clone().unwrap_or_default();
+    let acl = desired.acl_secret.data.clone().unwrap_or_default();
+    let files = Rendered {
+        valkey_conf: data[VALKEY_CONF_KEY].clone(),
+        start_sh: data[START_SH_KEY].clone(),
+        auth_conf: String::from_utf8(acl[AUTH_CONF_KEY].0.clone()).unwrap(),
+        desired,
+    };
+    let server = Server::boot(&files, LOOPBACK, &[]);
+    server.login("admin", NASTY_PASSWORD);
+    let mut admin = server.login("admin", "the new one");
+    let masterauth = admin.cmd(&["CONFIG", "GET", "masterauth"]);
+    assert_eq!(
+        masterauth,
+        Reply::Array(vec![
+            Reply::Bulk(Some(b"masterauth".to_vec())),
+            Reply::Bulk(Some(NASTY_PASSWORD.as_bytes().to_vec())),
+        ])
+    );
+    let mut other = server.connect();
+    assert!(
+        !other.cmd(&["AUTH", "admin", "neither"]).error().is_empty(),
+        "a third password is refused"
     );
 }
 

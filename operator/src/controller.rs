@@ -45,6 +45,8 @@ pub struct Options {
     pub concurrency: u16,
     pub controller_name: String,
     pub instance: Option<String>,
+    /// Where the operator's pods run (spec.networkPolicy lets them in).
+    pub operator_namespace: String,
 }
 
 struct State {
@@ -127,6 +129,7 @@ pub async fn run(
             client: client.clone(),
             recorder,
             memory,
+            operator_namespace: options.operator_namespace.clone(),
         },
         metrics,
         health: health.clone(),

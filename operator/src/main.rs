@@ -64,7 +64,8 @@ struct RunArgs {
     /// Name of the leader Lease.
     #[arg(long, default_value = "valkey-operator")]
     lease_name: String,
-    /// Namespace of the leader Lease (default: this pod's namespace, else the kubeconfig's).
+    /// Namespace of the leader Lease, and the one spec.networkPolicy lets the operator's pods in
+    /// from (default: this pod's namespace, else the kubeconfig's).
     #[arg(long, env = "POD_NAMESPACE")]
     lease_namespace: Option<String>,
     /// This process's identity in the Lease and in events (default: the pod or host name).
@@ -128,6 +129,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         controller_name: "valkey-operator".into(),
         instance: Some(identity.clone()),
+        operator_namespace: args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned()),
     };
     let outcome = if args.no_leader_election {
         metrics.set_leader(true);

@@ -709,6 +709,111 @@ async fn a_missing_password_secret_fails_in_words_then_heals_once_created() {
     .await;
 }
 
+/// spec.networkPolicy: the NetworkPolicy appears with the peers the spec asks for (the
+/// instance's pods, the operator's pods in the operator's namespace, the chosen clients; the
+/// exporter port from the chosen namespaces), follows a change, and goes when turned off. The
+/// local cluster enforces no NetworkPolicy: this checks the object, not the traffic.
+#[tokio::test]
+async fn a_network_policy_follows_spec_network_policy() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let mut env = Env::new("e2e-netpol").await;
+    let _operator = env.start_leader().await;
+    let name = "fenced";
+    create(
+        &env,
+        name,
+        json!({
+            "replicas": 1,
+            "metrics": {"enabled": true},
+            "networkPolicy": {
+                "enabled": true,
+                "clientSelector": {"matchLabels": {"role": "client"}},
+                "metricsNamespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            },
+        }),
+    )
+    .await;
+    let policies = env.api::<NetworkPolicy>();
+    let policy_name = ObjectNames::new(name).network_policy();
+    let spec_of = |p: &NetworkPolicy| serde_json::to_value(&p.spec).unwrap_or_default();
+    let live = eventually("the NetworkPolicy", TIMEOUT, || async {
+        policies
+            .get_opt(&policy_name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "no NetworkPolicy yet".to_owned())
+    })
+    .await;
+    let valkey = get(&env, name).await;
+    owned_and_labelled("NetworkPolicy", &live.metadata, &valkey).unwrap();
+    let spec = spec_of(&live);
+    let instance = json!({"matchLabels": {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": "valkey"}});
+    assert_eq!(spec["podSelector"], instance, "{spec}");
+    assert_eq!(spec["policyTypes"], json!(["Ingress"]), "{spec}");
+    assert_eq!(
+        spec["ingress"][0],
+        json!({
+            "from": [
+                {"podSelector": instance},
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": harness::OPERATOR_NAMESPACE}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "valkey-operator"}},
+                },
+                {"podSelector": {"matchLabels": {"role": "client"}}},
+            ],
+            "ports": [{"port": 6379, "protocol": "TCP"}],
+        }),
+        "{spec}"
+    );
+    assert_eq!(
+        spec["ingress"][1],
+        json!({
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            "ports": [{"port": 9121, "protocol": "TCP"}],
+        }),
+        "{spec}"
+    );
+    // Metrics off: the exporter port's rule goes with them.
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"metrics": {"enabled": false}})),
+        )
+        .await
+        .expect("turning metrics off");
+    eventually("the exporter rule to go", TIMEOUT, || async {
+        let live = policies
+            .get(&policy_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let rules = spec_of(&live)["ingress"].as_array().map_or(0, Vec::len);
+        (rules == 1)
+            .then_some(())
+            .ok_or_else(|| format!("{rules} ingress rules"))
+    })
+    .await;
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"networkPolicy": {"enabled": false}})),
+        )
+        .await
+        .expect("turning the NetworkPolicy off");
+    eventually("the NetworkPolicy to go", TIMEOUT, || async {
+        match policies
+            .get_opt(&policy_name)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        }
+    })
+    .await;
+}
+
 /// Scenario 6: deleting a Valkey keeps its volumes with reclaimPolicy Retain (the default) and
 /// removes them with Delete.
 #[tokio::test]

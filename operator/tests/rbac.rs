@@ -2,7 +2,7 @@
 //! operator uses. The local API server audits every request of the operator's ServiceAccount
 //! (hack/cluster-manifests/audit-policy.yaml); this test drives one operator through a life that
 //! needs each granted permission (create, replicate, switch over, grow the volume, scale down,
-//! fail on a missing Secret, a ServiceMonitor made and removed, delete), then reads the audit log: a (verb, resource) the roles
+//! fail on a missing Secret, a ServiceMonitor and a NetworkPolicy made and removed, delete), then reads the audit log: a (verb, resource) the roles
 //! grant that no request used fails the test, and so does any request of the ServiceAccount the
 //! API server refused (403) while the test ran. (Only what was logged since the test began
 //! counts, so an experiment with the roles on a long-lived dev cluster cannot fail later runs.)
@@ -24,6 +24,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde::Deserialize;
@@ -396,6 +397,39 @@ async fn monitor_then_stop(env: &Env) {
     .await;
 }
 
+/// spec.networkPolicy makes the operator apply a NetworkPolicy, and turning it off makes it
+/// delete it.
+async fn network_policy_then_stop(env: &Env) {
+    let name = "rbac-netpol";
+    create(
+        env,
+        name,
+        json!({"replicas": 1, "networkPolicy": {"enabled": true}}),
+    )
+    .await;
+    let policies = env.api::<NetworkPolicy>();
+    let policy = ObjectNames::new(name).network_policy();
+    let present = |want: bool| {
+        let (policies, policy) = (policies.clone(), policy.clone());
+        async move {
+            let live = policies.get_opt(&policy).await.map_err(|e| e.to_string())?;
+            (live.is_some() == want)
+                .then_some(())
+                .ok_or_else(|| format!("NetworkPolicy there: {}", live.is_some()))
+        }
+    };
+    eventually("the NetworkPolicy made", TIMEOUT, || present(true)).await;
+    env.api::<Valkey>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &merge(json!({"spec": {"networkPolicy": {"enabled": false}}})),
+        )
+        .await
+        .expect("turning the NetworkPolicy off");
+    eventually("the NetworkPolicy removed", TIMEOUT, || present(false)).await;
+}
+
 #[tokio::test]
 async fn the_shipped_rbac_grants_exactly_what_the_operator_uses() {
     let admin = support::cluster::admin_client().await;
@@ -407,6 +441,7 @@ async fn the_shipped_rbac_grants_exactly_what_the_operator_uses() {
     let _operator = env.start_leader().await;
     fail_repeatedly(&env).await;
     monitor_then_stop(&env).await;
+    network_policy_then_stop(&env).await;
     live_through_every_permission(&env).await;
 
     let granted = granted();

@@ -190,6 +190,10 @@ pub enum Command {
     /// Restart every pod of an instance through the operator, the primary last, and wait
     #[command(after_help = RESTART_EXAMPLES)]
     Restart(RestartArgs),
+    /// Give the instance's user a new password, with no pod restarted, and wait until every pod
+    /// accepts only the new one
+    #[command(after_help = ROTATE_PASSWORD_EXAMPLES)]
+    RotatePassword(RotatePasswordArgs),
 
     /// Write a support bundle of an instance to a new directory (no Secret values)
     #[command(after_help = REPORT_EXAMPLES)]
@@ -214,7 +218,7 @@ Examples:
   kubectl valkey restart cache
 
   # Only ask; follow with `kubectl valkey status cache`
-  kubectl valkey restart cache --no-wait
+  kubectl valkey restart cache --wait=false
 
 The plugin sets the annotation database.kuberly.io/restartedAt on the Valkey; the operator copies
 it onto the pod template and restarts the pods itself: the replicas first, one at a time, each
@@ -302,8 +306,9 @@ Examples:
   # Commands from a file
   kubectl valkey cli cache < commands.txt
 
-valkey-cli runs as `valkey-cli --user <spec.user> [ARGS]` inside the pod and takes the password
-from the pod's environment (VALKEYCLI_AUTH): it never appears on a command line.";
+valkey-cli runs as `valkey-cli --user <spec.user> [ARGS]` inside the pod, through the pod's
+/etc/valkey/cli.sh, which takes the password from the files the operator mounts (they follow a
+password rotation) and passes it in the environment: it never appears on a command line.";
 
 const DELETE_EXAMPLES: &str = "\
 Examples:
@@ -336,6 +341,25 @@ The operator runs Valkey's own FAILOVER TO on the primary: writes pause while th
 up (at most 5 s), the roles swap, then the read-write Service follows the new primary. The
 command asks the operator through the annotation database.kuberly.io/switchover and waits for
 the outcome (status.lastFailover, or a SwitchoverRefused event saying why not).";
+
+const ROTATE_PASSWORD_EXAMPLES: &str = "\
+Examples:
+  # A new random password (256 bits from the operating system's CSPRNG)
+  kubectl valkey rotate-password cache
+
+  # A password of your own, from stdin
+  printf '%s' \"$NEW_PASSWORD\" | kubectl valkey rotate-password cache --password-stdin
+
+  # Write the password and return; `kubectl valkey status cache` shows the rotation
+  kubectl valkey rotate-password cache --wait=false
+
+The plugin writes the password into the instance's password Secret (spec.passwordSecret, or
+NAME-auth); the password never goes on a command line, and the plugin does not print it: read it
+from the Secret. The operator then rotates without restarting any pod: it adds the new password
+to the ACL user on every pod (the old one keeps working), moves replication to it, and about
+100 s later (once the kubelets have refreshed the password files mounted in the pods) removes
+the old one. Clients must switch to the new password before then. Changing the Secret by other
+means (kubectl, an external secret manager) starts the same rotation.";
 
 const INSTALL_EXAMPLES: &str = "\
 Examples:
@@ -613,12 +637,47 @@ pub struct RestartArgs {
     /// The instance
     pub name: String,
 
-    /// Ask for the restart and return, without waiting for the pods
-    #[arg(long)]
-    pub no_wait: bool,
+    /// Wait until every pod runs again (--wait=false: return once asked)
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub wait: bool,
 
     /// How long to wait for every pod to restart
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
+    pub timeout: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct RotatePasswordArgs {
+    /// The instance
+    pub name: String,
+
+    /// Read the new password from stdin (typed without echo on a terminal) instead of
+    /// generating one
+    #[arg(long)]
+    pub password_stdin: bool,
+
+    /// Wait until every pod accepts only the new password (--wait=false: return once written)
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub wait: bool,
+
+    /// How long to wait for the rotation
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "5m")]
     pub timeout: Duration,
 }
 

@@ -15,6 +15,14 @@ pub const OPERATOR_USER: &str = "valkey-operator";
 /// statistics (the commands listed in `desired` (auth.conf)), and touch no key.
 pub const METRICS_USER: &str = "valkey-metrics";
 
+/// The `app.kubernetes.io/name` label of the operator's own pods (manifests/deployment.yaml,
+/// and the Helm chart unless nameOverride is set): what spec.networkPolicy lets in.
+pub const OPERATOR_APP_NAME: &str = "valkey-operator";
+
+/// Annotation of the ACL Secret `<name>-acl` while a password rotation runs: when it started
+/// (RFC 3339). With the Secret's `passwords` it is the operator's record of the rotation.
+pub const ROTATION_STARTED_ANNOTATION: &str = "database.kuberly.io/password-rotation-started";
+
 /// Annotation on a Valkey asking the operator for a planned switchover (what `kubectl valkey
 /// failover` sets): empty for the best replica, or the name of the pod to hand over to. The
 /// operator acts on it (or refuses, with a Warning event) and removes it.
@@ -69,6 +77,11 @@ impl<'a> ObjectNames<'a> {
     }
 
     pub fn pod_disruption_budget(&self) -> String {
+        self.instance.to_owned()
+    }
+
+    /// spec.networkPolicy's NetworkPolicy.
+    pub fn network_policy(&self) -> String {
         self.instance.to_owned()
     }
 

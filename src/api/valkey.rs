@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
@@ -122,6 +122,19 @@ pub struct ValkeySpec {
     /// pod template, so the pods roll once, one at a time.
     #[serde(default)]
     pub metrics: MetricsSpec,
+
+    /// A NetworkPolicy `<name>` for the instance's pods (off by default). When on, port 6379
+    /// takes connections only from the instance's own pods (replication), from the operator's
+    /// pods (label `app.kubernetes.io/name: valkey-operator` in the operator's namespace) and
+    /// from the pods `clientSelector` picks; the exporter port (9121) only from the namespaces
+    /// `metricsNamespaceSelector` picks, while metrics are on. Nothing else may connect, egress
+    /// stays open. A NetworkPolicy is only enforced by a network plugin that implements it
+    /// (Calico, Cilium, ...): the local test cluster of this project enforces none, so there the
+    /// policy is only checked as an object. An operator run outside the cluster (as in the
+    /// project's tests) is not one of the operator's pods: with enforcement, it could not reach
+    /// the pods.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
 
     /// Node labels the pods must run on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,6 +283,31 @@ impl MetricsSpec {
     pub fn service_monitor_wanted(&self) -> bool {
         self.enabled && self.service_monitor.enabled
     }
+}
+
+/// `spec.networkPolicy`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Create the NetworkPolicy `<name>`; turning it off deletes it.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// The client pods that may connect to port 6379: a label selector of pods in the
+    /// instance's namespace (or, with `clientNamespaceSelector`, in the namespaces it picks).
+    /// Absent: no client pod at all, only the instance's pods and the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_selector: Option<LabelSelector>,
+
+    /// The namespaces whose `clientSelector` pods may connect. Absent: the instance's
+    /// namespace only. `{}` means every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_namespace_selector: Option<LabelSelector>,
+
+    /// The namespaces whose pods may scrape the exporter port (9121) while spec.metrics is on,
+    /// e.g. `{matchLabels: {kubernetes.io/metadata.name: monitoring}}`. Absent: no one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_namespace_selector: Option<LabelSelector>,
 }
 
 /// Requests (and the memory limit) of the metrics container.
@@ -578,10 +616,45 @@ pub struct ValkeyStatus {
     /// When the operator last changed something for this instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reconcile_at: Option<Time>,
+    /// The instance user's password: whether the pods run with the one in the password Secret,
+    /// or are being moved to it (a live rotation, no pod restarted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_rotation: Option<PasswordRotation>,
     /// Ready, Progressing and Degraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// `status.passwordRotation`. Never a password, nor a hash of one.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordRotation {
+    /// Rotating while the pods are moved to the password Secret's new password (both the old
+    /// and the new one are accepted meanwhile); Complete when every pod accepts only the
+    /// Secret's password.
+    pub phase: RotationPhase,
+    /// The resourceVersion of the password Secret this phase is about (absent for a Secret the
+    /// operator just generated): `kubectl valkey rotate-password` waits for Complete with the
+    /// resourceVersion it wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_resource_version: Option<String>,
+    /// When the rotation in progress, or the last one, started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When the last rotation completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// What the rotation waits for, in words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The phase of `status.passwordRotation`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RotationPhase {
+    Rotating,
+    Complete,
 }
 
 /// One move of the primary role, as `status.lastFailover` records it.

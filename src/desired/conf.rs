@@ -32,6 +32,21 @@ pub const DATA_FILES: &[&str] = &["appendonlydir", "dump.rdb"];
 pub const AUTH_CONF_KEY: &str = "auth.conf";
 /// auth.conf's path relative to [`CONFIG_DIR`].
 pub const AUTH_CONF_PATH: &str = "auth/auth.conf";
+/// Key of the ACL Secret holding the instance user's password (the new one while a rotation
+/// runs): what the probes and `kubectl valkey cli` log in with (through [`CLI_SH_KEY`]), and,
+/// with [`OLD_PASSWORD_KEY`], the operator's record of a password rotation in progress.
+pub const PASSWORD_KEY: &str = "password";
+/// [`PASSWORD_KEY`]'s path relative to [`CONFIG_DIR`].
+pub const PASSWORD_PATH: &str = "auth/password";
+/// Key of the ACL Secret holding, while a password rotation runs, the password the pods ran
+/// with before it (empty otherwise: a projected key must exist).
+pub const OLD_PASSWORD_KEY: &str = "old-password";
+/// [`OLD_PASSWORD_KEY`]'s path relative to [`CONFIG_DIR`].
+pub const OLD_PASSWORD_PATH: &str = "auth/old-password";
+/// ConfigMap key of the script that runs valkey-cli as the instance's user with a password the
+/// server accepts (from [`PASSWORD_PATH`] or [`OLD_PASSWORD_PATH`], which follow a rotation
+/// without a restart, unlike the container's environment).
+pub const CLI_SH_KEY: &str = "cli.sh";
 
 /// Share of the memory limit given to the dataset (`maxmemory`), in percent.
 ///
@@ -146,9 +161,14 @@ fn directive(key: &str, value: &str) -> String {
 }
 
 /// auth.conf: the ACL and the credentials replicas use towards the primary.
+///
+/// While a password rotation is in progress (`old_password`), the user holds both passwords and
+/// replication authenticates with the old one, which every pod accepts until the operator
+/// removes it at the end; the operator moves the running pods to the new one live.
 pub(crate) fn auth_conf(
     instance: &Instance,
     password: &str,
+    old_password: Option<&str>,
     operator_password: &str,
     metrics_password: &str,
 ) -> String {
@@ -157,25 +177,51 @@ pub(crate) fn auth_conf(
         "# ACL of Valkey {}/{}, rendered by valkey-operator from its password Secret.\n",
         instance.namespace, instance.name
     );
-    let full_rights = |user: &str| {
-        format!(
-            "user {user} on {} ~* &* +@all\n",
-            quote(format!(">{password}").as_bytes())
-        )
-    };
+    let passwords: String = old_password
+        .into_iter()
+        .chain([password])
+        .map(|p| format!(" {}", quote(format!(">{p}").as_bytes())))
+        .collect();
     if user != "default" {
         // `resetpass` also drops `nopass`: the default user could not log in even if switched on.
         conf.push_str("user default off resetpass -@all\n");
     }
-    conf.push_str(&full_rights(user));
+    conf.push_str(&format!("user {user} on{passwords} ~* &* +@all\n"));
     conf.push_str(&operator_user(operator_password));
     if instance.valkey.spec.metrics.enabled {
         conf.push_str(&metrics_user(metrics_password));
     }
     // Every pod may be a replica, so each carries the credentials to sync from the primary.
     conf.push_str(&format!("masteruser {}\n", quote(user.as_bytes())));
-    conf.push_str(&format!("masterauth {}\n", quote(password.as_bytes())));
+    let masterauth = old_password.unwrap_or(password);
+    conf.push_str(&format!("masterauth {}\n", quote(masterauth.as_bytes())));
     conf
+}
+
+/// The [`CLI_SH_KEY`] script: `sh cli.sh [ARGS]` runs `valkey-cli --user <spec.user> [ARGS]`
+/// with the password of [`PASSWORD_PATH`], or of [`OLD_PASSWORD_PATH`] when this server does not
+/// accept that one yet (a rotation in progress). The password goes through the environment,
+/// never argv.
+pub(crate) fn cli_sh(instance: &Instance) -> String {
+    let user = shell_quote(&instance.valkey.spec.user);
+    format!(
+        r#"# valkey-cli as the instance's user, rendered by valkey-operator.
+user={user}
+p=$(cat {CONFIG_DIR}/{PASSWORD_PATH})
+old=$(cat {CONFIG_DIR}/{OLD_PASSWORD_PATH} 2>/dev/null || true)
+if [ -n "$old" ]; then
+  case "$(VALKEYCLI_AUTH=$p REDISCLI_AUTH=$p valkey-cli -h 127.0.0.1 -p {PORT} --user "$user" ping 2>&1)" in
+    *WRONGPASS*|*NOAUTH*) p=$old ;;
+  esac
+fi
+VALKEYCLI_AUTH=$p REDISCLI_AUTH=$p exec valkey-cli --user "$user" "$@"
+"#
+    )
+}
+
+/// `text` as one single-quoted shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r#"'\''"#))
 }
 
 /// What the operator may run, and why; no key and no channel:
@@ -311,7 +357,8 @@ pub fn pod_host(instance: &str, namespace: &str, pod: &str) -> String {
 }
 
 /// sha256 (hex) over everything a running valkey-server read at start, so a change of any of
-/// them (including the password, through auth.conf) rolls the pods. The `primary` key is left
+/// them rolls the pods. The caller renders auth.conf with a placeholder for the instance user's
+/// password: the operator rotates that one live, without a restart. The `primary` key is left
 /// out: failover must not restart every pod.
 pub(crate) fn config_hash(valkey_conf: &str, start_sh: &str, auth_conf: &str) -> String {
     let mut hasher = Sha256::new();

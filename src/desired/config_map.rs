@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::conf::{
-    self, INITIALIZED_KEY, MIN_REPLICAS_KEY, PRIMARY_KEY, START_SH_KEY, VALKEY_CONF_KEY,
+    self, CLI_SH_KEY, INITIALIZED_KEY, MIN_REPLICAS_KEY, PRIMARY_KEY, START_SH_KEY, VALKEY_CONF_KEY,
 };
 use super::instance::Instance;
 use super::{BuildError, Facts, primary_pod};
@@ -25,6 +25,7 @@ pub fn config_map(valkey: &Valkey, facts: &Facts) -> Result<ConfigMap, BuildErro
         data: Some(BTreeMap::from([
             (VALKEY_CONF_KEY.to_owned(), conf::valkey_conf(&instance)?),
             (START_SH_KEY.to_owned(), conf::start_sh(&instance)),
+            (CLI_SH_KEY.to_owned(), conf::cli_sh(&instance)),
             (PRIMARY_KEY.to_owned(), primary),
             (INITIALIZED_KEY.to_owned(), initialized.to_string()),
             (

@@ -7,6 +7,7 @@ mod config_map;
 mod error;
 mod instance;
 mod metrics;
+mod network_policy;
 mod password;
 mod pdb;
 mod pod;
@@ -22,8 +23,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 pub use conf::{
-    AUTH_CONF_KEY, CONFIG_DIR, DATA_DIR, DATA_FILES, INITIALIZED_KEY, MAXMEMORY_PERCENT,
-    METRICS_COMMANDS, MIN_REPLICAS_KEY, OPERATOR_COMMANDS, PORT, PRIMARY_KEY, START_SH_KEY,
+    AUTH_CONF_KEY, CLI_SH_KEY, CONFIG_DIR, DATA_DIR, DATA_FILES, INITIALIZED_KEY,
+    MAXMEMORY_PERCENT, METRICS_COMMANDS, MIN_REPLICAS_KEY, OLD_PASSWORD_KEY, OLD_PASSWORD_PATH,
+    OPERATOR_COMMANDS, PASSWORD_KEY, PASSWORD_PATH, PORT, PRIMARY_KEY, START_SH_KEY,
     VALKEY_CONF_KEY, pod_host,
 };
 pub use config_map::config_map;
@@ -32,6 +34,7 @@ pub use metrics::{
     Endpoint, METRICS_COMPONENT, METRICS_CONTAINER, METRICS_PATH, METRICS_PORT_NAME, METRICS_UID,
     NamespaceSelector, ServiceMonitor, ServiceMonitorSpec, metrics_service, service_monitor,
 };
+pub use network_policy::network_policy;
 pub use password::{PASSWORD_BYTES, generate_password, password_from_bytes};
 pub use pdb::pod_disruption_budget;
 pub use pod::VALKEY_UID;
@@ -46,8 +49,8 @@ pub use statefulset::{CONTAINER, PORT_NAME, statefulset};
 use crate::api::Valkey;
 use instance::Instance;
 
-/// Pod-template annotation: sha256 of valkey.conf, start.sh and auth.conf, so a change of the
-/// config or the password rolls the pods.
+/// Pod-template annotation: sha256 of valkey.conf, start.sh and auth.conf (without the instance
+/// user's password, which rotates live), so a change of the config rolls the pods.
 pub const CONFIG_HASH_ANNOTATION: &str = "database.kuberly.io/config-hash";
 
 /// What the operator observed and the builders cannot know from the spec.
@@ -57,6 +60,11 @@ pub struct Facts {
     pub primary: Option<String>,
     /// The password: read from the password Secret, or just generated.
     pub password: String,
+    /// While a password rotation runs: the password the pods ran with before it, which they
+    /// all still accept (auth.conf and `passwords` then carry both).
+    pub old_password: Option<String>,
+    /// While a password rotation runs: when it started (RFC 3339), recorded on the ACL Secret.
+    pub rotation_started: Option<String>,
     /// The password was just generated because `<name>-auth` does not exist yet, so that Secret
     /// must be created. Ignored when `spec.passwordSecret` is set.
     pub new_password: bool,
@@ -79,6 +87,11 @@ impl fmt::Debug for Facts {
         f.debug_struct("Facts")
             .field("primary", &self.primary)
             .field("password", &"<redacted>")
+            .field(
+                "old_password",
+                &self.old_password.as_ref().map(|_| "<redacted>"),
+            )
+            .field("rotation_started", &self.rotation_started)
             .field("new_password", &self.new_password)
             .field("operator_password", &"<redacted>")
             .field("new_operator_password", &self.new_operator_password)

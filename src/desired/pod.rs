@@ -14,8 +14,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::conf::{
-    self, AUTH_CONF_KEY, AUTH_CONF_PATH, CONFIG_DIR, DATA_DIR, INITIALIZED_KEY, MIN_REPLICAS_KEY,
-    PORT, PRIMARY_KEY, START_SH_KEY, VALKEY_CONF_KEY,
+    self, AUTH_CONF_KEY, AUTH_CONF_PATH, CLI_SH_KEY, CONFIG_DIR, DATA_DIR, INITIALIZED_KEY,
+    MIN_REPLICAS_KEY, OLD_PASSWORD_KEY, OLD_PASSWORD_PATH, PASSWORD_KEY, PASSWORD_PATH, PORT,
+    PRIMARY_KEY, START_SH_KEY, VALKEY_CONF_KEY,
 };
 use super::instance::Instance;
 use super::statefulset::{CONTAINER, PORT_NAME};
@@ -82,9 +83,12 @@ fn config_hash(instance: &Instance, facts: &Facts) -> Result<String, BuildError>
     Ok(conf::config_hash(
         &conf::valkey_conf(instance)?,
         &conf::start_sh(instance),
+        // The instance user's password is rotated live (see reconcile::rotation): a placeholder
+        // keeps it out of the hash, so a new password rolls no pod.
         &conf::auth_conf(
             instance,
-            &facts.password,
+            "",
+            None,
             &facts.operator_password,
             &facts.metrics_password,
         ),
@@ -215,7 +219,9 @@ fn resources(instance: &Instance) -> ResourceRequirements {
     }
 }
 
-/// Ready once an authenticated PING answers PONG (so a wrong password shows as not ready).
+/// Ready once an authenticated PING answers PONG (so a wrong password shows as not ready). The
+/// probes log in through cli.sh, with the password of auth/password (or auth/old-password): those
+/// files follow a password rotation, the container's environment does not.
 fn readiness_probe(user: &str) -> Probe {
     Probe {
         initial_delay_seconds: Some(5),
@@ -224,7 +230,9 @@ fn readiness_probe(user: &str) -> Probe {
         failure_threshold: Some(3),
         ..cli_probe(
             "readiness",
-            &format!(r#"test "$(valkey-cli -h 127.0.0.1 -p {PORT} --user "$1" ping)" = PONG"#),
+            &format!(
+                r#"test "$(sh {CONFIG_DIR}/{CLI_SH_KEY} -h 127.0.0.1 -p {PORT} ping)" = PONG"#
+            ),
             user,
         )
     }
@@ -241,7 +249,7 @@ fn liveness_probe(user: &str) -> Probe {
         ..cli_probe(
             "liveness",
             &format!(
-                r#"case "$(valkey-cli -h 127.0.0.1 -p {PORT} --user "$1" ping 2>&1)" in *PONG*|*LOADING*|*BUSY*|*MASTERDOWN*) exit 0 ;; esac; exit 1"#
+                r#"case "$(sh {CONFIG_DIR}/{CLI_SH_KEY} -h 127.0.0.1 -p {PORT} ping 2>&1)" in *PONG*|*LOADING*|*BUSY*|*MASTERDOWN*) exit 0 ;; esac; exit 1"#
             ),
             user,
         )
@@ -327,6 +335,7 @@ fn config_volume(instance: &Instance) -> Volume {
             [
                 VALKEY_CONF_KEY,
                 START_SH_KEY,
+                CLI_SH_KEY,
                 PRIMARY_KEY,
                 INITIALIZED_KEY,
                 MIN_REPLICAS_KEY,
@@ -338,7 +347,11 @@ fn config_volume(instance: &Instance) -> Volume {
     };
     let secret = SecretProjection {
         name: instance.names.acl_secret(),
-        items: Some(vec![item(AUTH_CONF_KEY, AUTH_CONF_PATH)]),
+        items: Some(vec![
+            item(AUTH_CONF_KEY, AUTH_CONF_PATH),
+            item(PASSWORD_KEY, PASSWORD_PATH),
+            item(OLD_PASSWORD_KEY, OLD_PASSWORD_PATH),
+        ]),
         optional: Some(false),
     };
     Volume {

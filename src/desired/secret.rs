@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 
-use super::conf::{self, AUTH_CONF_KEY};
+use super::conf::{self, AUTH_CONF_KEY, OLD_PASSWORD_KEY, PASSWORD_KEY};
 use super::instance::Instance;
 use super::{BuildError, Facts, check_metrics_password, check_password};
+use crate::api::names::ROTATION_STARTED_ANNOTATION;
 use crate::api::{Valkey, defaults};
 
 /// `<name>-auth` holding `password`, or `None` when `spec.passwordSecret` names the user's own.
@@ -69,23 +70,51 @@ pub fn metrics_secret(
 }
 
 /// `<name>-acl` holding `auth.conf`, which valkey.conf includes: the ACL and the replication
-/// credentials. A Secret, not the ConfigMap, because it contains the passwords.
+/// credentials, and `password` and `old-password`, the instance user's passwords the pods accept
+/// (for the probes and `kubectl valkey cli`). A Secret, not the ConfigMap, because it contains the passwords.
+///
+/// While a password rotation runs (`facts.old_password`) auth.conf carries both passwords, and
+/// the annotation [`ROTATION_STARTED_ANNOTATION`] says since when: the Secret is the operator's
+/// record of the rotation, so it survives a restart of the operator.
 pub fn acl_secret(valkey: &Valkey, facts: &Facts) -> Result<Secret, BuildError> {
     let instance = Instance::new(valkey)?;
     check_password(&instance, &facts.password)?;
     check_password(&instance, &facts.operator_password)?;
     check_metrics_password(&instance, facts)?;
-    Ok(secret(
+    let old = facts.old_password.as_deref();
+    if let Some(old) = old {
+        check_password(&instance, old)?;
+    }
+    let mut secret = secret(
         &instance,
         instance.names.acl_secret(),
         AUTH_CONF_KEY,
         &conf::auth_conf(
             &instance,
             &facts.password,
+            old,
             &facts.operator_password,
             &facts.metrics_password,
         ),
-    ))
+    );
+    if let Some(data) = secret.data.as_mut() {
+        data.insert(
+            PASSWORD_KEY.to_owned(),
+            ByteString(facts.password.as_bytes().to_vec()),
+        );
+        data.insert(
+            OLD_PASSWORD_KEY.to_owned(),
+            ByteString(old.unwrap_or_default().as_bytes().to_vec()),
+        );
+    }
+    if let Some(started) = &facts.rotation_started {
+        secret
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(ROTATION_STARTED_ANNOTATION.to_owned(), started.clone());
+    }
+    Ok(secret)
 }
 
 fn secret(instance: &Instance, name: String, key: &str, value: &str) -> Secret {

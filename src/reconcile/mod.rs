@@ -8,6 +8,7 @@ pub mod failover;
 mod metrics;
 mod password;
 mod rollout;
+mod rotation;
 mod volumes;
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,6 +42,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// What the operator remembers of the pods between reconciles, shared with its health loop.
     pub memory: Arc<failover::Memory>,
+    /// The namespace the operator's pods run in: spec.networkPolicy lets them in.
+    pub operator_namespace: String,
 }
 
 /// What a reconcile did, for metrics and logs.
@@ -121,6 +125,10 @@ struct Seen {
     switchover_done: bool,
     /// What became of the ServiceMonitor (only when one is wanted).
     monitoring: Option<status::Monitoring>,
+    /// The password rotation's state, when the reconcile got that far.
+    password_rotation: Option<crate::api::PasswordRotation>,
+    /// Look again after this long for the password rotation's next step.
+    rotation_requeue: Option<Duration>,
 }
 
 /// Observes the pods and fails over when the primary failed, labels the pods with their roles,
@@ -195,8 +203,36 @@ async fn converge(
     }
     let initialized = live_key(INITIALIZED_KEY).as_deref() == Some("true")
         || outcome.as_ref().is_some_and(failover::Outcome::initialized);
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let record = rotation::record(&secrets, valkey).await?;
+    let rotating = crate::rotation::plan(
+        record.as_ref(),
+        &credentials.password,
+        k8s_openapi::jiff::Timestamp::now(),
+    )
+    .rotating();
+    let rotation_pods = if rotating {
+        instance_pods(&pods, valkey).await?
+    } else {
+        Vec::new()
+    };
+    let step = rotation::run(
+        valkey,
+        record.as_ref(),
+        &credentials.password,
+        credentials.resource_version.clone(),
+        &rotation_pods,
+        primary.as_deref(),
+    )
+    .await;
+    seen.password_rotation = Some(step.status);
+    if let Some(after) = step.requeue_after {
+        seen.rotation_requeue = Some(after);
+    }
     let facts = Facts {
         primary: primary.clone(),
+        old_password: step.old_password,
+        rotation_started: step.started,
         password: credentials.password,
         new_password: credentials.generate,
         operator_password: operator.password,
@@ -206,7 +242,6 @@ async fn converge(
         new_metrics_password: metrics_credentials.generate,
     };
     let desired = desired::objects(valkey, &facts)?;
-    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     for secret in [
         &desired.generated_secret,
         &desired.operator_secret,
@@ -334,6 +369,21 @@ async fn converge(
             apply::delete_managed(&pdbs, &pdb_name).await?,
         )),
     }
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), namespace);
+    match desired::network_policy(valkey, &ctx.operator_namespace)? {
+        Some(policy) => changes.push(Change::applied(
+            "NetworkPolicy",
+            apply::apply(&policies, &policy).await?,
+        )),
+        None => {
+            let name = ObjectNames::new(&valkey.name_any()).network_policy();
+            changes.push(Change::named(
+                "NetworkPolicy",
+                &name,
+                apply::delete_managed(&policies, &name).await?,
+            ));
+        }
+    }
     if let Some(o) = outcome {
         failover::fence(valkey, &o).await;
         seen.switchover_done = o.switchover_done;
@@ -348,6 +398,9 @@ async fn converge(
             let soon = Duration::from_secs(2);
             seen.requeue_after = Some(seen.requeue_after.map_or(soon, |r| r.min(soon)));
         }
+    }
+    if let Some(after) = seen.rotation_requeue {
+        seen.requeue_after = Some(seen.requeue_after.map_or(after, |r| r.min(after)));
     }
     Ok(seen)
 }
@@ -472,7 +525,13 @@ async fn write_status(
         changed: !changes.is_empty() || seen.failover.is_some(),
         monitoring: seen.monitoring.clone(),
     };
-    let new = status::compute(valkey, &observed, &Time(jiff_now()));
+    let mut new = status::compute(valkey, &observed, &Time(jiff_now()));
+    new.password_rotation = seen.password_rotation.clone().or_else(|| {
+        valkey
+            .status
+            .as_ref()
+            .and_then(|s| s.password_rotation.clone())
+    });
     let phase = new.status.unwrap_or(Phase::Pending);
     if status::differs(valkey.status.as_ref(), &new) || observed.changed {
         patch_status(client, namespace, &valkey.name_any(), &new).await?;

@@ -13,6 +13,8 @@ use crate::desired;
 pub struct Credentials {
     pub password: String,
     pub generate: bool,
+    /// The resourceVersion of the Secret it was read from (none when just generated).
+    pub resource_version: Option<String>,
 }
 
 pub async fn resolve(
@@ -44,6 +46,7 @@ pub async fn resolve(
         return Ok(Credentials {
             password: desired::generate_password()?,
             generate: true,
+            resource_version: None,
         });
     };
     let bytes = secret
@@ -75,6 +78,7 @@ pub async fn resolve(
     Ok(Credentials {
         password,
         generate: false,
+        resource_version: secret.metadata.resource_version.clone(),
     })
 }
 
@@ -100,6 +104,7 @@ pub async fn resolve_metrics(
         return Ok(Credentials {
             password: String::new(),
             generate: false,
+            resource_version: None,
         });
     }
     let name = ObjectNames::new(&valkey.name_any()).metrics_secret();
@@ -126,12 +131,14 @@ async fn resolve_generated(
         Some(password) => Credentials {
             password,
             generate: false,
+            resource_version: None,
         },
         // Absent (or emptied by hand): a new one. create_if_absent leaves an existing Secret
         // alone, so an emptied one must be deleted to be replaced.
         None => Credentials {
             password: desired::generate_password()?,
             generate: true,
+            resource_version: None,
         },
     })
 }

@@ -259,6 +259,87 @@ impl Conn {
         .await
     }
 
+    /// `CONFIG SET masterauth password`: how this pod logs in to its primary from its next sync
+    /// on (a link that is up stays up).
+    pub async fn set_masterauth(&self, password: &str) -> Result<(), Error> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg("masterauth").arg(password);
+        self.ok_quiet("CONFIG SET masterauth", &cmd).await
+    }
+
+    /// `ACL SETUSER user >password`: the user also accepts `password` (its others stay). The
+    /// server's words are dropped from the error: they could quote the password.
+    pub async fn acl_add_password(&self, user: &str, password: &str) -> Result<(), Error> {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(user).arg(format!(">{password}"));
+        self.ok_quiet("ACL SETUSER", &cmd).await
+    }
+
+    /// `ACL SETUSER user !<sha256>`: the user no longer accepts the password of that hash.
+    pub async fn acl_remove_password_hash(&self, user: &str, hash: &str) -> Result<(), Error> {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(user).arg(format!("!{hash}"));
+        self.ok_quiet("ACL SETUSER", &cmd).await
+    }
+
+    /// The SHA-256 (hex) of each password `user` accepts (`ACL GETUSER`'s `passwords`).
+    pub async fn acl_password_hashes(&self, user: &str) -> Result<Vec<String>, Error> {
+        let answer: redis::Value = self
+            .query(redis::cmd("ACL").arg("GETUSER").arg(user))
+            .await?;
+        let pairs: Vec<(redis::Value, redis::Value)> = match answer {
+            redis::Value::Array(items) => {
+                let mut items = items.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+                pairs
+            }
+            redis::Value::Map(pairs) => pairs,
+            other => {
+                return Err(Error::Unexpected {
+                    addr: self.addr.clone(),
+                    command: "ACL GETUSER",
+                    answer: format!("{:?}", std::mem::discriminant(&other)),
+                });
+            }
+        };
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            redis::Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        let hashes = pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some("passwords"))
+            .map(|(_, v)| match v {
+                redis::Value::Array(list) | redis::Value::Set(list) => {
+                    list.iter().filter_map(text).collect()
+                }
+                _ => Vec::new(),
+            });
+        hashes.ok_or_else(|| Error::Unexpected {
+            addr: self.addr.clone(),
+            command: "ACL GETUSER",
+            answer: "no passwords field (no such user?)".to_owned(),
+        })
+    }
+
+    /// Like [`Self::ok`], but a refusal is reported without the server's words.
+    async fn ok_quiet(&self, command: &'static str, cmd: &redis::Cmd) -> Result<(), Error> {
+        match self.query::<String>(cmd).await {
+            Ok(answer) if answer == "OK" => Ok(()),
+            Ok(_) | Err(Error::Redis { .. }) => Err(Error::Unexpected {
+                addr: self.addr.clone(),
+                command,
+                answer: "refused (the server's words are withheld: they may quote a password)"
+                    .to_owned(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn ok(&self, command: &'static str, cmd: &redis::Cmd) -> Result<(), Error> {
         let answer: String = self.query(cmd).await?;
         if answer == "OK" {

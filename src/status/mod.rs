@@ -151,6 +151,8 @@ pub fn compute(valkey: &Valkey, observed: &Observed<'_>, now: &Time) -> ValkeySt
         selector: Some(names::instance_selector(valkey_name(valkey))),
         observed_generation: valkey.metadata.generation,
         last_reconcile_at: previous.last_reconcile_at.clone(),
+        // The reconcile sets it (reconcile::rotation); kept from the previous status here.
+        password_rotation: previous.password_rotation.clone(),
         conditions: Vec::new(),
     };
     let generation = valkey.metadata.generation;

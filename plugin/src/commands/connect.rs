@@ -1,7 +1,11 @@
 //! `cli NAME` / `connect NAME`: valkey-cli in a pod of the instance, over the exec API.
 //!
-//! The command is `valkey-cli --user <spec.user> [ARGS]`; valkey-cli reads the password from the
-//! container's environment (VALKEYCLI_AUTH), so it is on no command line, local or remote.
+//! The command is the pod's `sh /etc/valkey/cli.sh [ARGS]` ([`cli_command`]), which runs
+//! `valkey-cli --user <spec.user> [ARGS]` with the password of the files the ACL Secret mounts
+//! (they follow a password rotation; the container's environment keeps the password it started
+//! with), through the environment, so it is on no command line, local or remote. Pods of an
+//! older operator, without cli.sh, get `valkey-cli --user <spec.user> [ARGS]` and the password
+//! of their environment (VALKEYCLI_AUTH).
 
 use std::io::IsTerminal;
 
@@ -22,6 +26,24 @@ use crate::diagnose::Call;
 use crate::error::{ExitWith, Problem};
 use crate::session::Session;
 use crate::terminal::{self, RawMode};
+
+/// The exec command running valkey-cli as `user` with `args` in a pod of the instance: the pod's
+/// cli.sh when it has one, else valkey-cli with the password of the environment.
+pub fn cli_command(user: &str, args: &[String]) -> Vec<String> {
+    use valkey_core::desired::{CLI_SH_KEY, CONFIG_DIR};
+    let script = format!(
+        r#"if [ -r {CONFIG_DIR}/{CLI_SH_KEY} ]; then shift; exec sh {CONFIG_DIR}/{CLI_SH_KEY} "$@"; fi; exec valkey-cli --user "$@""#
+    );
+    let mut command = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        script,
+        "valkey-cli".to_owned(),
+        user.to_owned(),
+    ];
+    command.extend(args.iter().cloned());
+    command
+}
 
 /// How valkey-cli's input and output are wired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,12 +88,7 @@ pub async fn run(args: CliArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let pod = pod.metadata.name.clone().unwrap_or_default();
 
     let mode = Mode::pick(!args.args.is_empty());
-    let mut command = vec![
-        "valkey-cli".to_owned(),
-        "--user".to_owned(),
-        valkey.spec.user.clone(),
-    ];
-    command.extend(args.args.iter().cloned());
+    let command = cli_command(&valkey.spec.user, &args.args);
     let api: Api<Pod> = Api::namespaced(session.streaming_client()?, &session.namespace);
     let call = Call::new::<Pod>("create")
         .subresource("exec")

@@ -9,6 +9,7 @@ mod list;
 mod logs;
 mod report;
 mod restart;
+mod rotate;
 mod scale;
 mod status;
 mod version;
@@ -35,6 +36,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Install(args) => install::run(args, global).await,
         Command::Report(args) => report::run(args, global).await,
         Command::Restart(args) => restart::run(args, global).await,
+        Command::RotatePassword(args) => rotate::run(args, global).await,
         Command::Completion(args) => {
             let mut command = Cli::command();
             clap_complete::generate(

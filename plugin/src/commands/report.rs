@@ -1,8 +1,8 @@
 //! `report NAME`: a support bundle in a new directory, in the spirit of CloudNativePG's
 //! `kubectl cnpg report`: the Valkey, its children, events, each pod's log tail and `INFO`, the
 //! rendered status and the versions. No secret value goes in: Secrets are written as their
-//! metadata and key names only, and the pods' passwords stay in their environment (valkey-cli
-//! reads `VALKEYCLI_AUTH`, as `kubectl valkey cli` does).
+//! metadata and key names only, and the pods' passwords stay in the pods (valkey-cli logs in
+//! through the pod's cli.sh, as `kubectl valkey cli` does).
 //!
 //! What cannot be collected (no right to read logs, a pod not running) is listed in `errors.txt`
 //! and on stderr; the report is still written.
@@ -176,7 +176,7 @@ async fn collect_pod(
 /// `INFO` of one pod through the exec API, as `kubectl valkey cli NAME --pod POD INFO` runs it.
 async fn info(session: &Session, valkey: &Valkey, pod: &str) -> anyhow::Result<String> {
     let api: Api<Pod> = Api::namespaced(session.streaming_client()?, &session.namespace);
-    let command = ["valkey-cli", "--user", valkey.spec.user.as_str(), "INFO"];
+    let command = super::connect::cli_command(&valkey.spec.user, &["INFO".to_owned()]);
     let params = AttachParams::default()
         .stdout(true)
         .stderr(false)

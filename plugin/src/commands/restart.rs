@@ -53,7 +53,7 @@ pub async fn run(args: RestartArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         "asked the operator to restart the {} pods of {}, the primary last",
         valkey.spec.replicas, args.name
     );
-    if args.no_wait {
+    if !args.wait {
         return Ok(());
     }
     let restarted = until_restarted(&session, &valkey, &at, args.timeout).await?;
