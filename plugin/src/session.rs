@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
 use valkey_core::api::Valkey;
@@ -130,6 +130,24 @@ impl Session {
         let result = self.valkeys().get(name).await;
         self.check(result, self.call::<Valkey>("get").name(name))
             .await
+    }
+
+    /// Sets the annotation `key` of the Valkey `name` to `value`: how the plugin asks the
+    /// operator for something (a switchover, a restart). A merge patch as the plugin's field
+    /// manager; a failure is explained.
+    pub async fn annotate_valkey(&self, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        let result = self
+            .valkeys()
+            .patch(name, &params, &Patch::Merge(&patch))
+            .await;
+        self.check(result, self.call::<Valkey>("patch").name(name))
+            .await
+            .map(|_| ())
     }
 
     /// The pods of the instance `name` (selected by its labels), in any order.

@@ -7,15 +7,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{ListParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::ListParams;
 use valkey_core::api::Valkey;
 use valkey_core::api::names::SWITCHOVER_ANNOTATION;
 
 use crate::cli::{FailoverArgs, GlobalArgs};
 use crate::error::Problem;
 use crate::output;
-use crate::session::{FIELD_MANAGER, Session};
+use crate::session::Session;
 
 const POLL: Duration = Duration::from_millis(250);
 
@@ -45,19 +44,9 @@ pub async fn run(args: FailoverArgs, global: &GlobalArgs) -> anyhow::Result<()> 
     }
     let before = last_failover_time(&valkey);
     let asked = k8s_openapi::jiff::Timestamp::now();
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
-    };
-    let patch = json!({"metadata": {"annotations": {
-        SWITCHOVER_ANNOTATION: args.to.clone().unwrap_or_default(),
-    }}});
-    let result = session
-        .valkeys()
-        .patch(&args.name, &params, &Patch::Merge(&patch))
-        .await;
+    let to = args.to.as_deref().unwrap_or_default();
     session
-        .check(result, session.call::<Valkey>("patch").name(&args.name))
+        .annotate_valkey(&args.name, SWITCHOVER_ANNOTATION, to)
         .await?;
     eprintln!(
         "asked the operator to hand {}'s primary role over{}",

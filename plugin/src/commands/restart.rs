@@ -9,10 +9,8 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use valkey_core::api::Valkey;
 use valkey_core::api::names::{self, RESTARTED_AT_ANNOTATION};
 use valkey_core::status;
@@ -21,7 +19,7 @@ use crate::cli::{GlobalArgs, RestartArgs};
 use crate::duration;
 use crate::error::Problem;
 use crate::output;
-use crate::session::{FIELD_MANAGER, Session};
+use crate::session::Session;
 
 use super::wait;
 
@@ -37,17 +35,8 @@ pub async fn run(args: RestartArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         .into());
     }
     let at = k8s_openapi::jiff::Timestamp::now().to_string();
-    let patch = json!({"metadata": {"annotations": {RESTARTED_AT_ANNOTATION: at}}});
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
-    };
-    let result = session
-        .valkeys()
-        .patch(&args.name, &params, &Patch::Merge(&patch))
-        .await;
     session
-        .check(result, session.call::<Valkey>("patch").name(&args.name))
+        .annotate_valkey(&args.name, RESTARTED_AT_ANNOTATION, &at)
         .await?;
     eprintln!(
         "asked the operator to restart the {} pods of {}, the primary last",
